@@ -1,0 +1,29 @@
+# Sluice: `make quickstart` (install + the whole path on embedded defaults), `make test` (the suite).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install quickstart test test-deps bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)  ## a .venv with Sluice, Spark, the dev Kafka broker and the test tools
+
+quickstart: install  ## dev broker + sample data + example spec + Druid SQL; ARGS=--exit to stop after printing
+	$(VENV)/bin/sluice quickstart $(ARGS)
+
+test-deps:  ## what the tests start besides Python: Java 17 for Spark, Debian's PostgreSQL server binaries
+	@command -v java >/dev/null || { echo "Java 17+ is required for Spark"; exit 1; }
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
+
+test: install test-deps  ## the whole suite: unit tests, then real Kafka/Spark/SQLite/PostgreSQL/HTTP tests
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+clean:
+	rm -rf var .pytest_cache
