@@ -1,0 +1,171 @@
+"""dataSchema: what a row looks like (timestamp, dimensions, metrics), how it is bucketed and rolled up."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from sluice.spec.expressions import CompiledExpression, compile_expression
+from sluice.spec.filters import DimFilter
+from sluice.spec.granularity import Granularity, parse_granularity
+from sluice.spec.model import SpecModel
+
+TIMESTAMP_FORMATS = ("auto", "iso", "posix", "millis", "micro", "nano")
+
+
+class TimestampSpec(SpecModel):
+    column: str = "timestamp"
+    #: auto, iso, posix, millis, micro, nano, or a Joda-Time pattern such as "yyyy-MM-dd HH:mm:ss"
+    format: str = "auto"
+    missing_value: datetime | None = None
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        if value.lower() in TIMESTAMP_FORMATS:
+            return value.lower()
+        if not _is_joda_pattern(value):
+            raise ValueError(f"unknown timestamp format {value!r}; expected {', '.join(TIMESTAMP_FORMATS)} or a Joda pattern")
+        return value
+
+
+#: the pattern letters of Joda-Time's DateTimeFormat; text in single quotes is literal
+_JODA_LETTERS = set("GCYxwweEyDMdaKhHkmsSzZ")
+
+
+def _is_joda_pattern(value: str) -> bool:
+    unquoted = "".join(part for i, part in enumerate(value.split("'")) if i % 2 == 0)
+    letters = {c for c in unquoted if c.isalpha()}
+    return bool(letters) and letters <= _JODA_LETTERS
+
+
+DimensionType = Literal["string", "long", "float", "double"]
+
+
+class DimensionSpec(SpecModel):
+    name: str = Field(min_length=1)
+    type: DimensionType = "string"
+    #: accepted because it only concerns Druid's bitmap indexes, which Parquet segments do not have
+    create_bitmap_index: bool = True
+
+
+class DimensionsSpec(SpecModel):
+    dimensions: list[DimensionSpec] = Field(default_factory=list)
+    dimension_exclusions: list[str] = Field(default_factory=list)
+
+    @field_validator("dimensions", mode="before")
+    @classmethod
+    def _names_are_string_dimensions(cls, value: object) -> object:
+        if isinstance(value, list):
+            return [{"name": item} if isinstance(item, str) else item for item in value]
+        return value
+
+    @field_validator("dimensions")
+    @classmethod
+    def _not_schemaless(cls, value: list[DimensionSpec]) -> list[DimensionSpec]:
+        if not value:
+            raise ValueError("schemaless ingestion (an empty dimensions list) is not supported yet; list the dimensions")
+        return value
+
+
+AggregatorType = Literal[
+    "count", "longSum", "doubleSum", "floatSum", "longMin", "longMax", "doubleMin", "doubleMax", "floatMin", "floatMax"
+]
+
+
+class AggregatorSpec(SpecModel):
+    type: AggregatorType
+    name: str = Field(min_length=1)
+    field_name: str | None = Field(None, validate_default=True)
+
+    @field_validator("field_name")
+    @classmethod
+    def _needs_field(cls, value: str | None, info: ValidationInfo) -> str | None:
+        kind = info.data.get("type")
+        if kind and kind != "count" and not value:
+            raise ValueError(f"{kind} needs fieldName (expression aggregators are not supported yet)")
+        return value
+
+
+class GranularitySpec(SpecModel):
+    type: Literal["uniform"] = "uniform"
+    segment_granularity: Granularity = Field(default_factory=lambda: parse_granularity("DAY"))
+    query_granularity: Granularity = Field(default_factory=lambda: parse_granularity("NONE"))
+    rollup: bool = True
+    #: ignored by Druid for streaming ingestion; only an empty value is accepted so nothing is silently dropped
+    intervals: list[str] | None = None
+
+    @field_validator("segment_granularity", "query_granularity", mode="before")
+    @classmethod
+    def _granularity(cls, value: object) -> Granularity:
+        return parse_granularity(value)
+
+    @field_validator("segment_granularity")
+    @classmethod
+    def _segment_granularity_has_buckets(cls, value: Granularity) -> Granularity:
+        if value.name == "NONE":
+            raise ValueError("segmentGranularity NONE would make a segment per millisecond; use MINUTE or coarser")
+        return value
+
+    @field_validator("intervals")
+    @classmethod
+    def _no_intervals(cls, value: list[str] | None) -> list[str] | None:
+        if value:
+            raise ValueError("intervals are not used by streaming ingestion; remove them")
+        return value
+
+    def to_json(self) -> dict:
+        return {
+            "type": self.type,
+            "segmentGranularity": self.segment_granularity.name,
+            "queryGranularity": self.query_granularity.name,
+            "rollup": self.rollup,
+            "intervals": self.intervals,
+        }
+
+
+class ExpressionTransform(SpecModel):
+    type: Literal["expression"]
+    name: str = Field(min_length=1)
+    expression: str
+
+    @field_validator("expression")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        compile_expression(value)
+        return value
+
+    def compiled(self) -> CompiledExpression:
+        return compile_expression(self.expression)
+
+
+class TransformSpec(SpecModel):
+    transforms: list[ExpressionTransform] = Field(default_factory=list)
+    filter: DimFilter | None = None
+
+
+class DataSchema(SpecModel):
+    data_source: str = Field(min_length=1)
+    timestamp_spec: TimestampSpec = Field(default_factory=TimestampSpec)
+    dimensions_spec: DimensionsSpec
+    metrics_spec: list[AggregatorSpec] = Field(default_factory=list)
+    granularity_spec: GranularitySpec = Field(default_factory=GranularitySpec)
+    transform_spec: TransformSpec = Field(default_factory=TransformSpec)
+
+    @model_validator(mode="after")
+    def _unique_output_columns(self) -> "DataSchema":
+        seen: set[str] = set()
+        for name in [d.name for d in self.dimensions_spec.dimensions] + [m.name for m in self.metrics_spec]:
+            if name == "__time":
+                raise ValueError("__time is the row timestamp; a dimension or metric cannot be named __time")
+            if name in seen:
+                raise ValueError(f"column {name!r} is defined twice across dimensions and metrics")
+            seen.add(name)
+        return self
+
+    def to_json(self) -> dict:
+        out = super().to_json()
+        out["granularitySpec"] = self.granularity_spec.to_json()
+        return out
