@@ -1,0 +1,603 @@
+"""The metadata store: segments, stream offsets, pending segments, supervisors and tasks.
+
+Druid's ``IndexerSQLMetadataStorageCoordinator`` and metadata managers on SQLAlchemy Core, over
+SQLite (the default, one machine) or PostgreSQL (production). The store is the only place where
+the exactly-once invariant is enforced: a publish inserts its segments and moves the stream
+offsets from ``start`` to ``end`` in ONE transaction, and only if the stored offsets still
+match ``start``. A task killed at any point, a replica publishing the same range, or a restart
+can therefore never lose or double a row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine, create_engine, event, func, insert, select, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
+
+from sluice.metadata import tables
+from sluice.segment.segment import DataSegment, Interval, SegmentId, format_timestamp, numbered_shard_spec
+from sluice.segment.timeline import VersionedIntervalTimeline
+
+T = TypeVar("T")
+
+#: Payload type of a terminated supervisor's tombstone row.
+TOMBSTONE_TYPE = "NoopSupervisorSpec"
+
+# Druid retries a metadata transaction that lost a race (CAS failure, duplicate key) up to 10 times.
+_MAX_TRIES = 10
+_BACKOFF_SECONDS = 0.005
+_SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
+# Execution option marking the engine used for reads (a deferred BEGIN on SQLite).
+_READ_ONLY = "sluice_read_only"
+
+
+@dataclass(frozen=True)
+class StreamOffsets:
+    """A stream's end offsets per partition: the next offset to read (Kafka offsets are exclusive).
+
+    The value Druid stores per data source (``SeekableStreamEndSequenceNumbers``). Each partition
+    is owned by one task group at a time, so a publish only carries the partitions it read, and
+    `plus` merges it into what other groups committed.
+    """
+
+    stream: str
+    offsets: dict[int, int]
+
+    def plus(self, other: StreamOffsets) -> StreamOffsets:
+        """Druid's ``plus``: the other's offsets win; another stream replaces the whole value."""
+        if other.stream != self.stream:
+            return other
+        return StreamOffsets(self.stream, {**self.offsets, **other.offsets})
+
+    def matches(self, other: StreamOffsets) -> bool:
+        """Druid's ``matches``: same stream and every common partition at the same offset."""
+        return self.plus(other) == other.plus(self)
+
+    def to_payload(self) -> dict[str, Any]:
+        """Druid's Kafka end-metadata JSON (``stream``/``topic`` and the two maps are duplicates
+        Druid keeps for compatibility)."""
+        offsets = {str(partition): offset for partition, offset in sorted(self.offsets.items())}
+        return {
+            "type": "kafka",
+            "partitions": {
+                "type": "end",
+                "stream": self.stream,
+                "topic": self.stream,
+                "partitionSequenceNumberMap": offsets,
+                "partitionOffsetMap": offsets,
+            },
+        }
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> StreamOffsets:
+        partitions = payload["partitions"]
+        offsets = partitions.get("partitionSequenceNumberMap", partitions.get("partitionOffsetMap", {}))
+        return cls(
+            stream=partitions.get("stream", partitions.get("topic")),
+            offsets={int(partition): int(offset) for partition, offset in offsets.items()},
+        )
+
+    def __str__(self) -> str:
+        offsets = ", ".join(f"{partition}={offset}" for partition, offset in sorted(self.offsets.items()))
+        return f"KafkaDataSourceMetadata{{stream='{self.stream}', partitionOffsetMap={{{offsets}}}}}"
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """Outcome of a publish. ``success=False`` is returned only when nothing was written."""
+
+    success: bool
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """One row of ``druid_tasks``."""
+
+    id: str
+    data_source: str
+    task_type: str | None
+    group_id: str | None
+    created_date: str
+    payload: dict[str, Any]
+    status: dict[str, Any]
+    active: bool
+
+
+class SegmentAllocationError(Exception):
+    """A segment id cannot be allocated; the message says which existing data is in the way."""
+
+
+class EntryExistsError(Exception):
+    """An entry with this id already exists (Druid's EntryExistsException)."""
+
+
+class _TryAgain(Exception):
+    """The transaction lost a race and must be retried from the start."""
+
+
+class _Abort(Exception):
+    """The transaction must roll back and the caller get a failure with this message."""
+
+
+class MetadataStore:
+    """Druid's metadata tables behind one engine, safe to share between threads."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self._engine = _create_engine(uri)
+        self._reader = self._engine.execution_options(**{_READ_ONLY: True})
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def create_tables(self) -> None:
+        """Create the tables and indexes that do not exist yet (idempotent)."""
+        tables.metadata.create_all(self._engine)
+
+    # -- stream offsets (druid_dataSource) ---------------------------------------------------
+
+    def get_stream_offsets(self, data_source: str) -> StreamOffsets | None:
+        with self._reader.connect() as conn:
+            stored = _read_commit_metadata(conn, data_source)
+        return None if stored is None else stored[0]
+
+    def reset_stream_offsets(self, data_source: str, offsets: StreamOffsets) -> None:
+        """Unconditionally set the given partitions' offsets, keeping the others (resetOffsets).
+
+        Offsets of another stream replace the stored value entirely.
+        """
+
+        def work(conn: Connection) -> None:
+            stored = _read_commit_metadata(conn, data_source)
+            if stored is None:
+                _insert_commit_metadata(conn, data_source, offsets)
+            else:
+                _swap_commit_metadata(conn, data_source, stored[1], stored[0].plus(offsets))
+
+        self._transaction(work)
+
+    def delete_stream_offsets(self, data_source: str) -> bool:
+        """Forget the stored offsets (a hard reset); True if there were any."""
+        table = tables.data_source
+        with self._engine.begin() as conn:
+            return conn.execute(table.delete().where(table.c.dataSource == data_source)).rowcount > 0
+
+    # -- segments ----------------------------------------------------------------------------
+
+    def allocate_segment(
+        self,
+        data_source: str,
+        interval: Interval,
+        sequence_name: str,
+        previous_segment_id: str | None,
+        lock_version: str,
+    ) -> SegmentId:
+        """Allocate the next segment id of a sequence, recording it in ``druid_pendingSegments``.
+
+        Idempotent per (sequence_name, previous_segment_id): replicas reading the same offsets use
+        the same sequence names and so get the same ids, and a retried allocation gets the id it
+        already got. A new id joins the interval's existing time chunk, reusing its version (the
+        committed or pending one), with the next partition number; an empty chunk starts at
+        ``lock_version`` and partition 0. Shard specs are numbered with 0 core partitions.
+        """
+        previous = previous_segment_id or ""
+        key = _sha1_hex(sequence_name.encode() + b"\xff" + previous.encode())
+        pending = tables.pending_segments
+
+        def work(conn: Connection) -> SegmentId:
+            row = conn.execute(
+                select(pending.c.dataSource, pending.c.payload).where(pending.c.sequence_name_prev_id_sha1 == key)
+            ).first()
+            if row is not None:
+                existing = _pending_segment_id(row.payload)
+                if row.dataSource != data_source or existing.interval != interval:
+                    raise SegmentAllocationError(
+                        f"Cannot use existing pending segment [{existing}] for sequence[{sequence_name}] "
+                        f"(previous = [{previous}]): it was allocated for data source [{row.dataSource}] "
+                        f"interval [{existing.interval}], not [{data_source}] interval [{interval}]"
+                    )
+                return existing
+            segment_id = _next_segment_id(conn, data_source, interval, lock_version)
+            conn.execute(
+                insert(pending).values(
+                    id=str(segment_id),
+                    dataSource=data_source,
+                    created_date=_now(),
+                    start=format_timestamp(interval.start),
+                    end=format_timestamp(interval.end),
+                    sequence_name=sequence_name,
+                    sequence_prev_id=previous,
+                    sequence_name_prev_id_sha1=key,
+                    payload=_dump(
+                        {
+                            "dataSource": data_source,
+                            "interval": str(interval),
+                            "version": segment_id.version,
+                            "shardSpec": numbered_shard_spec(segment_id.partition_num),
+                        }
+                    ),
+                )
+            )
+            return segment_id
+
+        return self._transaction(work)
+
+    def commit_segments_and_metadata(
+        self,
+        segments: Sequence[DataSegment],
+        data_source: str,
+        start: StreamOffsets | None,
+        end: StreamOffsets | None,
+    ) -> PublishResult:
+        """Publish segments and move the stream offsets from ``start`` to ``end``, atomically.
+
+        The offsets move only if the stored ones match ``start`` (every common partition at the
+        same offset); the new value is the stored one plus ``end``. A mismatch rolls back
+        everything and returns Druid's failure message; losing a compare-and-swap race to a
+        concurrent publish (another task group's partitions) retries the whole transaction on
+        the fresh value. Segments whose id already exists are skipped; segments that a higher
+        version in this batch fully overshadows are inserted unused.
+        """
+        if (start is None) != (end is None):
+            raise ValueError("start/end metadata pair must be either null or non-null")
+        ids = [segment.id for segment in segments]
+        if len(set(ids)) != len(ids):
+            duplicates = sorted({str(i) for i in ids if ids.count(i) > 1})
+            raise ValueError(f"segments to publish contain duplicate ids: {duplicates}")
+        foreign = sorted({segment.data_source for segment in segments} - {data_source})
+        if foreign:
+            raise ValueError(f"segments to publish must all belong to data source [{data_source}], found {foreign}")
+        overshadowed = VersionedIntervalTimeline.from_segments(segments).find_fully_overshadowed()
+
+        def work(conn: Connection) -> None:
+            if start is not None and end is not None:
+                _compare_and_swap_offsets(conn, data_source, start, end)
+            _insert_segments(conn, segments, overshadowed)
+
+        try:
+            self._transaction(work)
+        except _Abort as failure:
+            return PublishResult(False, str(failure))
+        except _TryAgain:
+            return PublishResult(False, "Not updating metadata, compare-and-swap failure.")
+        return PublishResult(True)
+
+    def used_segments(self, data_source: str | None = None) -> list[DataSegment]:
+        """All used segments (optionally of one data source), in segment id order."""
+        table = tables.segments
+        query = select(table.c.payload).where(table.c.used.is_(True))
+        if data_source is not None:
+            query = query.where(table.c.dataSource == data_source)
+        with self._reader.connect() as conn:
+            found = [DataSegment.from_payload(_load(payload)) for payload in conn.scalars(query)]
+        return sorted(found, key=lambda segment: segment.id)
+
+    def data_sources(self) -> list[str]:
+        """Data sources that have used segments."""
+        table = tables.segments
+        query = select(table.c.dataSource).where(table.c.used.is_(True)).distinct().order_by(table.c.dataSource)
+        with self._reader.connect() as conn:
+            return list(conn.scalars(query))
+
+    # -- supervisors -------------------------------------------------------------------------
+
+    def insert_supervisor(self, spec_id: str, payload: dict[str, Any]) -> None:
+        """Append a version of a supervisor spec (submit, update, suspend or resume)."""
+        with self._engine.begin() as conn:
+            conn.execute(
+                insert(tables.supervisors).values(spec_id=spec_id, created_date=_now(), payload=_dump(payload))
+            )
+
+    def terminate_supervisor(self, spec_id: str, data_sources: Sequence[str] = ()) -> None:
+        """Append the tombstone that keeps a terminated supervisor from being started again."""
+        tombstone = {"type": TOMBSTONE_TYPE, "id": spec_id, "dataSources": list(data_sources), "suspended": False}
+        self.insert_supervisor(spec_id, tombstone)
+
+    def active_supervisors(self) -> dict[str, dict[str, Any]]:
+        """The latest spec of every supervisor whose latest row is not a tombstone."""
+        table = tables.supervisors
+        latest = select(func.max(table.c.id)).group_by(table.c.spec_id)
+        query = select(table.c.spec_id, table.c.payload).where(table.c.id.in_(latest)).order_by(table.c.spec_id)
+        with self._reader.connect() as conn:
+            specs = {row.spec_id: _load(row.payload) for row in conn.execute(query)}
+        return {spec_id: spec for spec_id, spec in specs.items() if spec.get("type") != TOMBSTONE_TYPE}
+
+    def supervisor_history(self, spec_id: str | None = None) -> dict[str, list[dict[str, Any]]]:
+        """Druid's history shape: ``{specId: [{"spec": ..., "version": created_date}, ...]}``, newest first."""
+        table = tables.supervisors
+        query = select(table.c.spec_id, table.c.created_date, table.c.payload).order_by(table.c.id.desc())
+        if spec_id is not None:
+            query = query.where(table.c.spec_id == spec_id)
+        history: dict[str, list[dict[str, Any]]] = {}
+        with self._reader.connect() as conn:
+            for row in conn.execute(query):
+                history.setdefault(row.spec_id, []).append({"spec": _load(row.payload), "version": row.created_date})
+        return history
+
+    # -- tasks -------------------------------------------------------------------------------
+
+    def insert_task(
+        self,
+        task_id: str,
+        data_source: str,
+        task_type: str,
+        group_id: str,
+        payload: dict[str, Any],
+        status: dict[str, Any],
+    ) -> None:
+        """Record a new task; it is active while its status is ``RUNNING`` (Druid's isRunnable)."""
+        try:
+            with self._engine.begin() as conn:
+                conn.execute(
+                    insert(tables.tasks).values(
+                        id=task_id,
+                        created_date=_now(),
+                        datasource=data_source,
+                        payload=_dump(payload),
+                        status_payload=_dump(status),
+                        active=status.get("status") == "RUNNING",
+                        type=task_type,
+                        group_id=group_id,
+                    )
+                )
+        except IntegrityError as error:
+            raise EntryExistsError(f"Task [{task_id}] already exists") from error
+
+    def set_task_status(self, task_id: str, status: dict[str, Any], active: bool) -> bool:
+        """Update an active task's status; False if the task is unknown or already finished.
+
+        A finished task is never resurrected: a late status report from a lost worker must not
+        overwrite the final status.
+        """
+        table = tables.tasks
+        with self._engine.begin() as conn:
+            result = conn.execute(
+                update(table)
+                .where(table.c.id == task_id, table.c.active.is_(True))
+                .values(status_payload=_dump(status), active=active)
+            )
+            return result.rowcount == 1
+
+    def get_task(self, task_id: str) -> TaskRecord | None:
+        with self._reader.connect() as conn:
+            row = conn.execute(select(tables.tasks).where(tables.tasks.c.id == task_id)).first()
+        return None if row is None else _task_record(row)
+
+    def list_tasks(self, active: bool | None = None, data_source: str | None = None) -> list[TaskRecord]:
+        """Tasks in creation order, optionally only active (or finished) ones, of one data source."""
+        table = tables.tasks
+        query = select(table).order_by(table.c.created_date, table.c.id)
+        if active is not None:
+            query = query.where(table.c.active.is_(active))
+        if data_source is not None:
+            query = query.where(table.c.datasource == data_source)
+        with self._reader.connect() as conn:
+            return [_task_record(row) for row in conn.execute(query)]
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _transaction(self, work: Callable[[Connection], T]) -> T:
+        """Run ``work`` in one write transaction, retried whole when it lost a race.
+
+        A race shows up as `_TryAgain` (a compare-and-swap that updated no row) or as a duplicate
+        key (two writers inserting the same offsets row or segment id on PostgreSQL). Each retry
+        starts a fresh transaction that re-reads everything, so nothing of a lost attempt survives.
+        """
+        attempt = 1
+        while True:
+            try:
+                with self._engine.begin() as conn:
+                    return work(conn)
+            except (_TryAgain, IntegrityError):
+                if attempt >= _MAX_TRIES:
+                    raise
+                time.sleep(random.uniform(0, _BACKOFF_SECONDS * 2**attempt))
+                attempt += 1
+
+
+def _compare_and_swap_offsets(conn: Connection, data_source: str, start: StreamOffsets, end: StreamOffsets) -> None:
+    """Druid's ``updateDataSourceMetadataWithHandle``: the exactly-once gate of a publish."""
+    stored = _read_commit_metadata(conn, data_source)
+    if stored is None:
+        _insert_commit_metadata(conn, data_source, end)
+        return
+    current, sha1 = stored
+    if not start.matches(current):
+        raise _Abort(
+            f"Inconsistency between stored metadata state[{current}] and target state[{start}]. "
+            "Try resetting the supervisor."
+        )
+    _swap_commit_metadata(conn, data_source, sha1, current.plus(end))
+
+
+def _read_commit_metadata(conn: Connection, data_source: str) -> tuple[StreamOffsets, str] | None:
+    table = tables.data_source
+    row = conn.execute(
+        select(table.c.commit_metadata_payload, table.c.commit_metadata_sha1).where(table.c.dataSource == data_source)
+    ).first()
+    if row is None:
+        return None
+    return StreamOffsets.from_payload(_load(row.commit_metadata_payload)), row.commit_metadata_sha1
+
+
+def _insert_commit_metadata(conn: Connection, data_source: str, offsets: StreamOffsets) -> None:
+    payload = _dump(offsets.to_payload())
+    conn.execute(
+        insert(tables.data_source).values(
+            dataSource=data_source,
+            created_date=_now(),
+            commit_metadata_payload=payload,
+            commit_metadata_sha1=_sha1_hex(payload),
+        )
+    )
+
+
+def _swap_commit_metadata(conn: Connection, data_source: str, old_sha1: str, offsets: StreamOffsets) -> None:
+    """Replace the stored offsets only if they are still the ones read (their SHA-1 unchanged)."""
+    table = tables.data_source
+    payload = _dump(offsets.to_payload())
+    result = conn.execute(
+        update(table)
+        .where(table.c.dataSource == data_source, table.c.commit_metadata_sha1 == old_sha1)
+        .values(commit_metadata_payload=payload, commit_metadata_sha1=_sha1_hex(payload))
+    )
+    if result.rowcount != 1:
+        raise _TryAgain("Not updating metadata, compare-and-swap failure.")
+
+
+def _insert_segments(conn: Connection, segments: Sequence[DataSegment], overshadowed: set[SegmentId]) -> None:
+    """Insert the segments whose id is not stored yet (a retried or replica publish)."""
+    if not segments:
+        return
+    table = tables.segments
+    ids = [str(segment.id) for segment in segments]
+    existing = set(conn.scalars(select(table.c.id).where(table.c.id.in_(ids))))
+    now = _now()
+    rows = [
+        {
+            "id": str(segment.id),
+            "dataSource": segment.data_source,
+            "created_date": now,
+            "start": format_timestamp(segment.interval.start),
+            "end": format_timestamp(segment.interval.end),
+            "partitioned": segment.shard_spec.get("type") != "none",
+            "version": segment.version,
+            "used": segment.id not in overshadowed,
+            "payload": _dump(segment.to_payload()),
+            "used_status_last_updated": now,
+            "num_rows": segment.num_rows,
+        }
+        for segment in segments
+        if str(segment.id) not in existing
+    ]
+    if rows:
+        conn.execute(insert(table), rows)
+
+
+def _next_segment_id(conn: Connection, data_source: str, interval: Interval, lock_version: str) -> SegmentId:
+    """The id a new segment of ``interval`` gets: next partition of the chunk's current version.
+
+    Druid refuses (and so do we) when used segments of another interval overlap the requested
+    one — one segment cannot extend two chunks — and when the chunk already has a version newer
+    than the lock, which means the chunk was overwritten after this task took its lock.
+    """
+    table = tables.segments
+    rows = conn.scalars(
+        select(table.c.payload).where(
+            table.c.dataSource == data_source,
+            table.c.used.is_(True),
+            table.c.start < format_timestamp(interval.end),
+            table.c.end > format_timestamp(interval.start),
+        )
+    )
+    visible = VersionedIntervalTimeline.from_segments(
+        DataSegment.from_payload(_load(payload)) for payload in rows
+    ).lookup_with_incomplete_partitions(interval)
+    for holder in visible:
+        if holder.true_interval != interval:
+            raise SegmentAllocationError(
+                f"Cannot allocate a segment of data source [{data_source}] for interval [{interval}]: "
+                f"used segments of interval [{holder.true_interval}] (version [{holder.version}]) overlap it"
+            )
+    pending = tables.pending_segments
+    pending_payloads = conn.scalars(
+        select(pending.c.payload).where(
+            pending.c.dataSource == data_source,
+            pending.c.start == format_timestamp(interval.start),
+            pending.c.end == format_timestamp(interval.end),
+        )
+    )
+    taken = [segment.id for holder in visible for segment in holder.segments]
+    taken += [_pending_segment_id(payload) for payload in pending_payloads]
+    if not taken:
+        return SegmentId(data_source, interval, lock_version, 0)
+    version, partition_num = max((segment_id.version, segment_id.partition_num) for segment_id in taken)
+    if version > lock_version:
+        raise SegmentAllocationError(
+            f"Cannot allocate a segment of data source [{data_source}] for interval [{interval}]: "
+            f"the time chunk already has version [{version}], newer than the lock version [{lock_version}]"
+        )
+    return SegmentId(data_source, interval, version, partition_num + 1)
+
+
+def _pending_segment_id(payload: bytes) -> SegmentId:
+    document = _load(payload)
+    return SegmentId(
+        data_source=document["dataSource"],
+        interval=Interval.parse(document["interval"]),
+        version=document["version"],
+        partition_num=int(document["shardSpec"]["partitionNum"]),
+    )
+
+
+def _task_record(row: Any) -> TaskRecord:
+    return TaskRecord(
+        id=row.id,
+        data_source=row.datasource,
+        task_type=row.type,
+        group_id=row.group_id,
+        created_date=row.created_date,
+        payload=_load(row.payload),
+        status=_load(row.status_payload),
+        active=bool(row.active),
+    )
+
+
+def _create_engine(uri: str) -> Engine:
+    """An engine for ``sqlite:///path`` or ``postgresql+psycopg://...``.
+
+    SQLite gets the known SQLAlchemy + pysqlite recipe for concurrent writers: WAL (readers never
+    block the writer), a busy timeout, and ``BEGIN IMMEDIATE`` for write transactions. A deferred
+    transaction that reads and then writes would have to upgrade its lock, and SQLite answers a
+    contended upgrade with an immediate "database is locked" instead of waiting; taking the write
+    lock at BEGIN makes concurrent publishes from threads queue up instead of failing.
+    """
+    url = make_url(uri)
+    if url.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True)
+    if not url.database or url.database == ":memory:":
+        raise ValueError(f"metadata store {uri!r}: SQLite needs a file (sqlite:///path/to/metadata.db)")
+    Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": _SQLITE_BUSY_TIMEOUT_SECONDS})
+    event.listen(engine, "connect", _configure_sqlite_connection)
+    event.listen(engine, "begin", _begin_sqlite_transaction)
+    return engine
+
+
+def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
+    # Stop pysqlite from issuing its own (deferred, lazy) BEGIN; _begin_sqlite_transaction does.
+    dbapi_connection.isolation_level = None
+    dbapi_connection.execute("PRAGMA journal_mode=WAL")
+    dbapi_connection.execute(f"PRAGMA busy_timeout={int(_SQLITE_BUSY_TIMEOUT_SECONDS * 1000)}")
+
+
+def _begin_sqlite_transaction(conn: Connection) -> None:
+    conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(_READ_ONLY) else "BEGIN IMMEDIATE")
+
+
+def _now() -> str:
+    return format_timestamp(datetime.now(timezone.utc))
+
+
+def _dump(document: dict[str, Any]) -> bytes:
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def _load(payload: bytes) -> dict[str, Any]:
+    return json.loads(payload)
+
+
+def _sha1_hex(data: bytes) -> str:
+    """Upper-case hex SHA-1, as Druid's ``BaseEncoding.base16()`` writes it."""
+    return hashlib.sha1(data).hexdigest().upper()

@@ -1,0 +1,99 @@
+"""Druid's metadata tables (``SQLMetadataConnector``) as SQLAlchemy Core tables.
+
+Names and columns are Druid's, so a Druid operator finds what they expect. Druid's DDL writes
+``druid_pendingSegments`` and ``dataSource`` unquoted, and PostgreSQL folds them to lower case;
+the table names here are spelled folded (SQLite ignores case anyway) so that ``create_all``'s
+existence check finds them, and mixed-case columns are emitted unquoted (``quote=False``). The
+schema on PostgreSQL is therefore the one Druid itself creates there.
+Timestamps are ISO strings (``2015-09-12T00:00:00.000Z``) whose string order is time order; JSON
+documents are stored as bytes (Druid's BLOB payload columns).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Boolean, Column, Index, Integer, LargeBinary, MetaData, String, Table
+
+metadata = MetaData()
+
+
+def _varchar(name: str, **kwargs: object) -> Column:
+    return Column(name, String(255), quote=False if name != name.lower() else None, **kwargs)
+
+
+segments = Table(
+    "druid_segments",
+    metadata,
+    _varchar("id", primary_key=True),
+    _varchar("dataSource", nullable=False),
+    _varchar("created_date", nullable=False),
+    _varchar("start", nullable=False),
+    _varchar("end", nullable=False),
+    # True unless the shard spec is Druid's NoneShardSpec.
+    Column("partitioned", Boolean, nullable=False),
+    _varchar("version", nullable=False),
+    # False once the segment is overshadowed or dropped; only used segments are ever queried.
+    Column("used", Boolean, nullable=False),
+    # The DataSegment JSON (see sluice.segment.segment.DataSegment.to_payload).
+    Column("payload", LargeBinary, nullable=False),
+    _varchar("used_status_last_updated", nullable=False),
+    Column("num_rows", BigInteger),
+    Index("idx_druid_segments_used", "used"),
+    Index("idx_druid_segments_datasource_used_end_start", "dataSource", "used", "end", "start"),
+)
+
+pending_segments = Table(
+    "druid_pendingsegments",
+    metadata,
+    _varchar("id", primary_key=True),
+    _varchar("dataSource", nullable=False),
+    _varchar("created_date", nullable=False),
+    _varchar("start", nullable=False),
+    _varchar("end", nullable=False),
+    _varchar("sequence_name", nullable=False),
+    _varchar("sequence_prev_id", nullable=False),
+    # SHA-1 of (sequence_name, 0xFF, sequence_prev_id). UNIQUE so that a sequence can never fork:
+    # two allocations continuing the same segment of the same sequence get the same new id.
+    _varchar("sequence_name_prev_id_sha1", nullable=False, unique=True),
+    # SegmentIdWithShardSpec JSON: dataSource, interval, version, shardSpec.
+    Column("payload", LargeBinary, nullable=False),
+)
+Index("idx_druid_pendingsegments_datasource_end", pending_segments.c.dataSource, pending_segments.c.end)
+Index("idx_druid_pendingsegments_datasource_sequence", pending_segments.c.dataSource, pending_segments.c.sequence_name)
+
+data_source = Table(
+    "druid_datasource",
+    metadata,
+    _varchar("dataSource", primary_key=True),
+    _varchar("created_date", nullable=False),
+    # The stream's committed end offsets; moved only together with the segments holding the rows.
+    Column("commit_metadata_payload", LargeBinary, nullable=False),
+    # Hex SHA-1 of the payload: the compare-and-swap token of a publish.
+    _varchar("commit_metadata_sha1", nullable=False),
+)
+
+supervisors = Table(
+    "druid_supervisors",
+    metadata,
+    # Every submit, suspend and terminate appends a row: the table is the specs' history.
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    _varchar("spec_id", nullable=False),
+    _varchar("created_date", nullable=False),
+    Column("payload", LargeBinary, nullable=False),
+    Index("idx_druid_supervisors_spec_id", "spec_id"),
+)
+
+tasks = Table(
+    "druid_tasks",
+    metadata,
+    _varchar("id", primary_key=True),
+    _varchar("created_date", nullable=False),
+    _varchar("datasource", nullable=False),
+    Column("payload", LargeBinary, nullable=False),
+    Column("status_payload", LargeBinary, nullable=False),
+    # True while the task is runnable; the task queue reloads active tasks after a restart.
+    Column("active", Boolean, nullable=False, default=False),
+    _varchar("type"),
+    _varchar("group_id"),
+    Index("idx_druid_tasks_active_created_date", "active", "created_date"),
+    Index("idx_druid_tasks_datasource_active", "datasource", "active"),
+)

@@ -1,0 +1,108 @@
+"""Deep storage on a local folder: Druid's layout, atomic pushes, loadSpecs, deletes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sluice.segment.deep_storage import DeepStorage, LocalDeepStorage, S3DeepStorage
+from sluice.segment.segment import Interval, SegmentId
+
+SEGMENT = SegmentId("wikipedia", Interval.parse("2015-09-12/2015-09-13"), "2023-06-23T21:07:28.226Z", 1)
+DRUID_DIR = "wikipedia/2015-09-12T00:00:00.000Z_2015-09-13T00:00:00.000Z/2023-06-23T21:07:28.226Z/1"
+
+
+@pytest.fixture
+def segment_file(tmp_path: Path) -> Path:
+    path = tmp_path / "work" / "merged.parquet"
+    path.parent.mkdir()
+    path.write_bytes(b"PAR1 segment bytes PAR1")
+    return path
+
+
+@pytest.mark.parametrize("form", ["file://{root}", "{root}"])
+def test_from_uri_gives_local_storage_for_file_uris_and_paths(tmp_path: Path, form: str) -> None:
+    storage = DeepStorage.from_uri(form.format(root=tmp_path / "deep"))
+    assert isinstance(storage, LocalDeepStorage)
+    assert storage.root == tmp_path / "deep"
+
+
+@pytest.mark.parametrize(
+    ("uri", "error"),
+    [
+        ("hdfs://namenode/druid", "unsupported scheme 'hdfs'"),
+        ("file://otherhost/druid", "found host 'otherhost'"),
+        ("s3:///no-bucket", "found no bucket"),
+    ],
+)
+def test_from_uri_rejects_what_it_cannot_serve(uri: str, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        DeepStorage.from_uri(uri)
+
+
+def test_from_uri_gives_s3_storage_with_endpoint_override() -> None:
+    storage = DeepStorage.from_uri(
+        "s3://segments/druid/prod/",
+        {"endpoint_override": "http://127.0.0.1:9000", "access_key": "k", "secret_key": "s", "region": "us-east-1"},
+    )
+    assert isinstance(storage, S3DeepStorage)
+    assert (storage.bucket, storage.prefix) == ("segments", "druid/prod")
+
+
+def test_push_copies_into_druids_layout_and_returns_the_load_spec(tmp_path: Path, segment_file: Path) -> None:
+    storage = LocalDeepStorage(tmp_path / "deep")
+    load_spec = storage.push(segment_file, SEGMENT)
+    expected = tmp_path / "deep" / DRUID_DIR / "index.parquet"
+    assert load_spec == {"type": "local", "path": str(expected)}
+    assert expected.read_bytes() == segment_file.read_bytes()
+    assert sorted(p.name for p in expected.parent.iterdir()) == ["index.parquet"]  # no temporary left behind
+
+
+def test_push_replaces_an_earlier_push_of_the_same_id(tmp_path: Path, segment_file: Path) -> None:
+    storage = LocalDeepStorage(tmp_path / "deep")
+    storage.push(segment_file, SEGMENT)
+    segment_file.write_bytes(b"second")
+    assert Path(storage.local_path(storage.push(segment_file, SEGMENT))).read_bytes() == b"second"
+
+
+def test_unique_paths_keep_replica_pushes_apart(tmp_path: Path, segment_file: Path) -> None:
+    storage = LocalDeepStorage(tmp_path / "deep")
+    first = Path(storage.local_path(storage.push(segment_file, SEGMENT, unique_path=True)))
+    second = Path(storage.local_path(storage.push(segment_file, SEGMENT, unique_path=True)))
+    assert first != second
+    assert first.parent.parent == second.parent.parent == tmp_path / "deep" / DRUID_DIR
+    storage.delete({"type": "local", "path": str(first)})
+    assert second.exists()
+
+
+def test_fetch_of_a_local_segment_is_the_file_itself(tmp_path: Path, segment_file: Path) -> None:
+    storage = LocalDeepStorage(tmp_path / "deep")
+    load_spec = storage.push(segment_file, SEGMENT)
+    assert storage.fetch(load_spec, tmp_path / "cache") == Path(load_spec["path"])
+    assert not (tmp_path / "cache").exists()
+
+
+def test_delete_removes_the_file_and_the_folders_it_empties(tmp_path: Path, segment_file: Path) -> None:
+    storage = LocalDeepStorage(tmp_path / "deep")
+    kept = storage.push(segment_file, SegmentId(SEGMENT.data_source, SEGMENT.interval, SEGMENT.version, 0))
+    removed = storage.push(segment_file, SEGMENT)
+    storage.delete(removed)
+    storage.delete(removed)  # deleting again is not an error: kills are retried
+    assert not (tmp_path / "deep" / DRUID_DIR).exists()
+    assert Path(kept["path"]).exists()
+    storage.delete(kept)
+    assert list((tmp_path / "deep").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("load_spec", "error"),
+    [
+        ({"type": "s3", "bucket": "b", "key": "k"}, "not readable by local deep storage"),
+        ({"type": "local"}, "not readable by local deep storage"),
+        ({"type": "local", "path": "/etc/passwd"}, "outside deep storage"),
+    ],
+)
+def test_delete_refuses_foreign_load_specs(tmp_path: Path, load_spec: dict, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        LocalDeepStorage(tmp_path / "deep").delete(load_spec)
