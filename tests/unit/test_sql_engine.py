@@ -1,0 +1,108 @@
+"""The engine's own duties: timeouts, the locked-down DuckDB connection, parameters and result types."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sluice.broker.engine import SqlEngine, bind_parameters, lock_down
+from sluice.broker.sql import SqlError
+
+
+@pytest.fixture
+def segment(tmp_path: Path) -> str:
+    """3,000 rows, one a second from midnight, enough to make a triple self-join run for minutes."""
+    seconds = [datetime(2024, 1, 1, i // 3600, i // 60 % 60, i % 60) for i in range(3000)]
+    times = pa.array(seconds, pa.timestamp("us", tz="UTC"))
+    path = str(tmp_path / "segment.parquet")
+    pq.write_table(pa.table({"__time": times, "n": pa.array(range(3000), pa.int64())}), path)
+    return path
+
+
+def test_query_past_its_timeout_is_interrupted(segment: str) -> None:
+    sql = "SELECT COUNT(*) FROM t AS a, t AS b, t AS c WHERE MOD(a.n * b.n + c.n, 7919) = 7918"
+    started = time.monotonic()
+    with pytest.raises(SqlError) as caught:
+        SqlEngine(threads=1).execute(sql, {"t": [segment]}, context={"timeout": 200})
+    assert time.monotonic() - started < 10
+    assert caught.value.status == 504
+    assert caught.value.to_json() == {
+        "error": "Query timeout",
+        "errorCode": "legacyQueryException",
+        "persona": "OPERATOR",
+        "category": "TIMEOUT",
+        "errorMessage": "Query did not complete within configured timeout period. "
+        "You can increase query timeout or tune the performance of query.",
+        "errorClass": "org.apache.druid.query.QueryTimeoutException",
+        "host": None,
+        "context": {},
+    }
+
+
+def test_a_query_within_its_timeout_answers(segment: str) -> None:
+    sql = "SELECT COUNT(*), MAX(__time) FROM t"
+    result = SqlEngine(threads=1).execute(sql, {"t": [segment]}, context={"timeout": 60_000})
+    assert result.rows == [(3000, datetime(2024, 1, 1, 0, 49, 59))]
+
+
+def test_locked_down_connection_reads_its_segments_and_nothing_else(segment: str, tmp_path: Path) -> None:
+    other = tmp_path / "other.parquet"
+    pq.write_table(pa.table({"x": [1]}), str(other))
+    conn = duckdb.connect()
+    lock_down(conn, {"t": [segment]})
+
+    assert conn.execute("SELECT COUNT(*) FROM t").fetchall() == [(3000,)]
+    with pytest.raises(duckdb.PermissionException):
+        conn.execute(f"SELECT * FROM read_parquet('{other}')")
+    with pytest.raises(duckdb.PermissionException):
+        conn.execute(f"COPY (SELECT 1) TO '{tmp_path / 'out.csv'}'")
+    with pytest.raises(duckdb.InvalidInputException, match="locked"):
+        conn.execute("SET enable_external_access = true")
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_data_source_without_segments_does_not_exist_yet(segment: str) -> None:
+    with pytest.raises(SqlError, match="Object 'fresh' not found"):
+        SqlEngine().execute("SELECT * FROM fresh", {"fresh": [], "t": [segment]})
+
+
+@pytest.mark.parametrize(
+    ("parameter", "value"),
+    [
+        ({"type": "VARCHAR", "value": "bar"}, "bar"),
+        ({"type": "BIGINT", "value": "7"}, 7),
+        ({"type": "DOUBLE", "value": 2}, 2.0),
+        ({"type": "BOOLEAN", "value": "true"}, True),
+        ({"type": "TIMESTAMP", "value": "2015-09-12 00:47:53"}, datetime(2015, 9, 12, 0, 47, 53)),
+        ({"type": "TIMESTAMP", "value": "2015-09-12T02:47:53+02:00"}, datetime(2015, 9, 12, 0, 47, 53)),
+        ({"type": "TIMESTAMP", "value": 1442018873000}, datetime(2015, 9, 12, 0, 47, 53)),
+        ({"type": "ARRAY", "value": [999.0, None, 5.5]}, [999.0, None, 5.5]),
+        ({"type": "VARCHAR", "value": None}, None),
+    ],
+)
+def test_druid_parameters_become_values(parameter: dict, value: object) -> None:
+    assert bind_parameters([parameter], 1) == [value]
+
+
+def test_result_types_are_druids() -> None:
+    sql = """SELECT 1, 1.5, CAST(1 AS DOUBLE), CAST(1 AS FLOAT), 'x', TRUE, DATE '2020-01-01', ARRAY['a'],
+                    TIME_PARSE('2020-01-01')"""
+    result = SqlEngine().execute(sql, {})
+    assert list(zip(result.druid_types, result.sql_types)) == [
+        ("LONG", "INTEGER"),
+        ("DOUBLE", "DECIMAL"),
+        ("DOUBLE", "DOUBLE"),
+        ("FLOAT", "FLOAT"),
+        ("STRING", "VARCHAR"),
+        ("LONG", "BOOLEAN"),
+        ("LONG", "DATE"),
+        ("ARRAY<STRING>", "ARRAY"),
+        ("LONG", "TIMESTAMP"),
+    ]
+    assert result.rows[0][1] == 1.5 and isinstance(result.rows[0][1], float)
