@@ -1,0 +1,142 @@
+"""The dataSchema compiled into the Spark SQL expressions of one ingestion pass.
+
+Druid processes a row as: parse → timestampSpec → transformSpec (transforms, then filter) →
+dimensionsSpec / metricsSpec → rollup at queryGranularity. Each step is one expression list here,
+so the Spark job is a straight pipeline of `selectExpr`s and one aggregation, and this module stays
+free of Spark (its output is plain text that tests can read).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sluice.spec.data_schema import AggregatorSpec, DataSchema, TimestampSpec
+from sluice.spec.expressions import quote_identifier as q
+from sluice.spec.expressions import string_literal
+
+#: raw JSON text that Spark could not parse lands in this column (from_json's corrupt-record option)
+CORRUPT_COLUMN = "__corrupt"
+TIME = "__time"
+
+_DIMENSION_SQL_TYPE = {"string": "STRING", "long": "BIGINT", "float": "FLOAT", "double": "DOUBLE"}
+
+
+@dataclass(frozen=True)
+class Aggregator:
+    """How one metricsSpec entry is computed at ingestion and combined across persists and segments."""
+
+    spec: AggregatorSpec
+
+    @property
+    def sql_type(self) -> str:
+        if self.spec.type == "count" or self.spec.type.startswith("long"):
+            return "BIGINT"
+        return "DOUBLE" if self.spec.type.startswith("double") else "FLOAT"
+
+    @property
+    def function(self) -> str:
+        """sum / min / max: also the combining function, so rolled-up rows merge with the same rule."""
+        return "sum" if self.spec.type == "count" else self.spec.type.removeprefix("long").removeprefix(
+            "double").removeprefix("float").lower()
+
+    def input_sql(self) -> str:
+        """The typed per-row input value (nulls are ignored by the aggregation, as in SQL-compatible Druid)."""
+        if self.spec.type == "count":
+            return "CAST(1 AS BIGINT)"
+        return f"CAST({q(self.spec.field_name)} AS {self.sql_type})"
+
+    def aggregate_sql(self, column: str) -> str:
+        return f"CAST({self.function}({q(column)}) AS {self.sql_type}) AS {q(self.spec.name)}"
+
+
+@dataclass(frozen=True)
+class IngestPlan:
+    json_schema_ddl: str
+    #: (column, sql) for the timestamp, evaluated over the raw JSON fields
+    time_sql: str
+    transforms: dict[str, str]
+    filter_sql: str | None
+    #: output column -> typed SQL; a non-null raw value that fails its cast makes the row processedWithError
+    typed_columns: dict[str, str]
+    #: typed columns whose raw input is checked for parse errors: output name -> raw input column
+    checked_inputs: dict[str, str]
+    query_granularity_sql: str
+    dimensions: list[str]
+    aggregators: list[Aggregator]
+    rollup: bool
+
+    @property
+    def metrics(self) -> list[str]:
+        return [a.spec.name for a in self.aggregators]
+
+    def rollup_aggregations(self, combining: bool) -> list[str]:
+        """Aggregations over typed rows (ingest) or over rolled-up rows (merge of persists)."""
+        return [a.aggregate_sql(a.spec.name if combining else f"__in_{a.spec.name}") for a in self.aggregators]
+
+
+def compile_plan(schema: DataSchema) -> IngestPlan:
+    transforms = {t.name: t.compiled() for t in schema.transform_spec.transforms}
+    transform_inputs = set().union(*(t.columns for t in transforms.values())) if transforms else set()
+    dimensions = schema.dimensions_spec.dimensions
+    aggregators = [Aggregator(m) for m in schema.metrics_spec]
+    filter_ = schema.transform_spec.filter
+
+    referenced = {d.name for d in dimensions} | {a.spec.field_name for a in aggregators if a.spec.field_name}
+    referenced |= filter_.columns() if filter_ else set()
+    # `__time` in an expression means the row timestamp, not a JSON field (unless it is the timestamp column)
+    json_fields = ((referenced - set(transforms)) | transform_inputs) - {TIME} | {schema.timestamp_spec.column}
+    ddl = ", ".join(f"{q(name)} STRING" for name in sorted(json_fields)) + f", {q(CORRUPT_COLUMN)} STRING"
+
+    typed = {d.name: f"CAST({q(d.name)} AS {_DIMENSION_SQL_TYPE[d.type]})" for d in dimensions}
+    checked = {d.name: d.name for d in dimensions if d.type != "string"}
+    for aggregator in aggregators:
+        typed[f"__in_{aggregator.spec.name}"] = aggregator.input_sql()
+        if aggregator.spec.field_name:
+            checked[f"__in_{aggregator.spec.name}"] = aggregator.spec.field_name
+
+    return IngestPlan(
+        json_schema_ddl=ddl,
+        time_sql=timestamp_sql(schema.timestamp_spec),
+        transforms={
+            name: f"timestamp_millis(CAST({t.sql} AS BIGINT))" if name == TIME else t.sql for name, t in transforms.items()
+        },
+        filter_sql=filter_.to_spark_sql() if filter_ else None,
+        typed_columns=typed,
+        checked_inputs=checked,
+        query_granularity_sql=schema.granularity_spec.query_granularity.spark_sql(q(TIME)),
+        dimensions=[d.name for d in dimensions],
+        aggregators=aggregators,
+        rollup=schema.granularity_spec.rollup,
+    )
+
+
+def timestamp_sql(spec: TimestampSpec) -> str:
+    """Spark SQL turning the raw timestamp text into a TIMESTAMP; NULL means unparseable."""
+    raw = q(spec.column)
+    parsed = _parse_timestamp(raw, spec.format)
+    if spec.missing_value is None:
+        return parsed
+    missing = spec.missing_value.isoformat().replace("+00:00", "Z")
+    return f"CASE WHEN {raw} IS NULL THEN CAST({string_literal(missing)} AS TIMESTAMP) ELSE {parsed} END"
+
+
+def _parse_timestamp(raw: str, fmt: str) -> str:
+    numeric = {
+        "millis": f"timestamp_millis(CAST({raw} AS BIGINT))",
+        "posix": f"timestamp_seconds(CAST({raw} AS DECIMAL(20, 6)))",
+        "micro": f"timestamp_micros(CAST({raw} AS BIGINT))",
+        "nano": f"timestamp_micros(CAST({raw} AS BIGINT) DIV 1000)",
+    }
+    if fmt in numeric:
+        return numeric[fmt]
+    if fmt == "iso":
+        return f"CAST({raw} AS TIMESTAMP)"
+    if fmt == "auto":
+        # Druid's auto: digits are epoch millis, anything else is ISO-8601 (with a 'T' or a space)
+        return f"CASE WHEN {raw} RLIKE '^-?[0-9]+$' THEN {numeric['millis']} ELSE CAST({raw} AS TIMESTAMP) END"
+    return f"to_timestamp({raw}, {string_literal(joda_to_spark_pattern(fmt))})"
+
+
+def joda_to_spark_pattern(pattern: str) -> str:
+    """Joda-Time and Spark's datetime patterns agree on the common letters; Joda's `ZZ` is Spark's `XXX`."""
+    return pattern.replace("ZZ", "XXX")

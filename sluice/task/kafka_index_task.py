@@ -1,0 +1,385 @@
+"""A Kafka indexing task: Druid's SeekableStreamIndexTaskRunner.
+
+The task owns its offsets. It reads from `startOffsets` in bounded Spark jobs (each one an
+intermediate persist), until its supervisor pauses it and sets end offsets, and then publishes:
+persists are merged into segments, pushed to deep storage, and committed together with the move of
+the stream offsets from `startOffsets` to `endOffsets` in one metadata transaction. Until that
+transaction commits nothing the task did is visible, so a task killed at any point loses nothing
+and doubles nothing: the next task starts again from the committed offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import shutil
+import string
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import Enum
+from pathlib import Path
+from typing import Any, Callable
+
+from sluice.metadata.store import MetadataStore, StreamOffsets
+from sluice.segment.deep_storage import DeepStorage
+from sluice.segment.segment import DataSegment, Interval
+from sluice.spec.supervisor import IngestionSpec, KafkaIOConfig
+from sluice.stream.kafka import KafkaStream
+from sluice.task.ingest_plan import compile_plan
+from sluice.task.offsets import END_OF_STREAM, is_finished, next_ranges
+from sluice.task.stats import RowStats
+
+log = logging.getLogger(__name__)
+
+TASK_TYPE = "index_kafka"
+
+
+class TaskState(str, Enum):
+    """The runner's states in seed 001 (what `GET /chat/{id}/status` answers)."""
+
+    NOT_STARTED = "NOT_STARTED"
+    STARTING = "STARTING"
+    READING = "READING"
+    PAUSED = "PAUSED"
+    PUBLISHING = "PUBLISHING"
+
+
+class TaskFailure(Exception):
+    """Ends the task as FAILED with this message as its errorMsg."""
+
+
+@dataclass(frozen=True)
+class KafkaIndexTaskSpec:
+    """The task payload the supervisor creates; replicas of a task group get equal ones but for `id`."""
+
+    id: str
+    task_group_id: int
+    base_sequence_name: str
+    ingestion: IngestionSpec
+    start_offsets: dict[int, int]
+    created: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    @property
+    def data_source(self) -> str:
+        return self.ingestion.data_schema.data_source
+
+    @property
+    def group_id(self) -> str:
+        """All tasks of one supervisor share a groupId (and so, later, their locks)."""
+        return f"{TASK_TYPE}_{self.data_source}"
+
+    @property
+    def sequence_name(self) -> str:
+        return f"{self.base_sequence_name}_0"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": TASK_TYPE,
+            "id": self.id,
+            "groupId": self.group_id,
+            "dataSource": self.data_source,
+            "taskGroupId": self.task_group_id,
+            "baseSequenceName": self.base_sequence_name,
+            "createdTime": _iso(self.created),
+            "dataSchema": self.ingestion.data_schema.to_json(),
+            "ioConfig": {
+                **self.ingestion.io_config.to_json(),
+                "startSequenceNumbers": {"type": "start", "stream": self.ingestion.io_config.topic,
+                                         "partitionSequenceNumberMap": {str(p): o for p, o in self.start_offsets.items()}},
+            },
+            "tuningConfig": self.ingestion.tuning_config.to_json(),
+        }
+
+
+def new_task_id(data_source: str, base_sequence_name: str) -> str:
+    """Druid's shape: index_kafka_<dataSource>_<15 hex of the sequence>_<8 random letters>."""
+    suffix = "".join(secrets.choice(string.ascii_lowercase) for _ in range(8))
+    return f"{TASK_TYPE}_{data_source}_{base_sequence_name[-15:]}_{suffix}"
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    id: str
+    status_code: str  # RUNNING, SUCCESS, FAILED
+    error_msg: str | None = None
+    duration_ms: int = -1
+
+    @property
+    def is_complete(self) -> bool:
+        return self.status_code != "RUNNING"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "status": self.status_code, "statusCode": self.status_code,
+                "duration": self.duration_ms, "errorMsg": self.error_msg}
+
+
+@dataclass
+class TaskToolbox:
+    """What a task needs from the process it runs in (Druid's TaskToolbox)."""
+
+    spark: Any
+    metadata: MetadataStore
+    deep_storage: DeepStorage
+    task_dir: Path
+    stream_factory: Callable[[KafkaIOConfig], KafkaStream]
+    poll_interval: float = 0.5
+
+
+class KafkaIndexTask:
+    def __init__(self, spec: KafkaIndexTaskSpec, toolbox: TaskToolbox) -> None:
+        self.spec = spec
+        self.toolbox = toolbox
+        self.state = TaskState.NOT_STARTED
+        self.row_stats = RowStats()
+        self._current = dict(spec.start_offsets)
+        self._end = {p: END_OF_STREAM for p in spec.start_offsets}
+        self._cond = threading.Condition()
+        self._pause_requested = False
+        self._stop_requested = False
+        self._persists: list[Path] = []
+
+    # ---- the control API the supervisor uses (Druid's /druid/worker/v1/chat/{taskId}/...) ----
+
+    def current_offsets(self) -> dict[int, int]:
+        with self._cond:
+            return dict(self._current)
+
+    def end_offsets(self) -> dict[int, int]:
+        with self._cond:
+            return dict(self._end)
+
+    def pause(self, timeout: float = 30.0) -> dict[int, int] | None:
+        """Stop between two reads and return the current offsets; None if the task is not reading."""
+        with self._cond:
+            if self.state not in (TaskState.STARTING, TaskState.READING, TaskState.PAUSED):
+                return None
+            self._pause_requested = True
+            self._cond.notify_all()
+            if not self._cond.wait_for(lambda: self.state is not TaskState.READING, timeout):
+                return None
+            return dict(self._current) if self.state is TaskState.PAUSED else None
+
+    def resume(self) -> None:
+        with self._cond:
+            self._pause_requested = False
+            self._cond.notify_all()
+
+    def set_end_offsets(self, end: dict[int, int], finish: bool = True) -> None:
+        """With finish=true the task reads up to `end` and publishes (only `finish=true` exists until checkpoints)."""
+        with self._cond:
+            if self.state is not TaskState.PAUSED:
+                raise TaskFailure("Task must be paused before changing the end offsets")
+            unknown = set(end) - set(self._current)
+            if unknown:
+                raise TaskFailure(f"Request contains partitions not being handled by this task: {sorted(unknown)}")
+            for partition, offset in end.items():
+                if offset < self._current[partition]:
+                    raise TaskFailure(f"End sequence must be >= current sequence for partition [{partition}] "
+                                      f"(current: {self._current[partition]})")
+            if not finish:
+                raise TaskFailure("checkpoints (finish=false) are not supported yet")
+            self._end.update(end)
+            self._pause_requested = False
+            self._cond.notify_all()
+
+    def stop(self) -> None:
+        """Stop now without publishing (Druid's /stop after a kill): nothing read so far is committed."""
+        with self._cond:
+            self._stop_requested = True
+            self._cond.notify_all()
+
+    # ---- running ----
+
+    def run(self) -> TaskStatus:
+        started = time.monotonic()
+        try:
+            self._run()
+            status = TaskStatus(self.spec.id, "SUCCESS")
+        except TaskFailure as failure:
+            status = TaskStatus(self.spec.id, "FAILED", str(failure))
+        except Exception as error:  # a task must always end with a status its supervisor can act on
+            log.exception("task %s failed", self.spec.id)
+            status = TaskStatus(self.spec.id, "FAILED", f"{type(error).__name__}: {error}")
+        duration = int((time.monotonic() - started) * 1000)
+        status = TaskStatus(status.id, status.status_code, status.error_msg, duration)
+        self._write("report.json", self.report(status))
+        self._write("status.json", status.to_json())
+        return status
+
+    def report(self, status: TaskStatus | None = None) -> dict[str, Any]:
+        """Druid's ingestionStatsAndErrors report; live (RUNNING) until the task has a final status."""
+        totals = {"buildSegments": self.row_stats.to_json()}
+        return {"ingestionStatsAndErrors": {
+            "type": "ingestionStatsAndErrors",
+            "taskId": self.spec.id,
+            "payload": {
+                "ingestionState": "COMPLETED" if status else ("NOT_STARTED" if self.state is TaskState.NOT_STARTED
+                                                              else "BUILD_SEGMENTS"),
+                "unparseableEvents": {},
+                "rowStats": totals if status else {"totals": totals},
+                "errorMsg": status.error_msg if status else None,
+                "segmentAvailabilityConfirmed": False,
+                "segmentAvailabilityWaitTimeMs": 0,
+            },
+        }}
+
+    def _run(self) -> None:
+        self.state = TaskState.STARTING
+        self.toolbox.task_dir.mkdir(parents=True, exist_ok=True)
+        self._write("task.json", self.spec.to_json())
+        from sluice.task.pipeline import IngestPipeline  # Spark is imported where it runs
+
+        io = self.spec.ingestion.io_config
+        pipeline = IngestPipeline(self.toolbox.spark, compile_plan(self.spec.ingestion.data_schema),
+                                  io.topic, io.consumer_properties)
+        stream = self.toolbox.stream_factory(io)
+        try:
+            self._read(pipeline, stream)
+        finally:
+            stream.close()
+        if self._stop_requested:
+            raise TaskFailure("task was stopped before publishing; nothing was committed")
+        self._publish(pipeline)
+
+    def _read(self, pipeline: Any, stream: KafkaStream) -> None:
+        with self._cond:
+            self.state = TaskState.READING
+        while True:
+            with self._cond:
+                while self._pause_requested and not self._stop_requested:
+                    self.state = TaskState.PAUSED
+                    self._cond.notify_all()
+                    self._cond.wait()
+                self.state = TaskState.READING
+                if self._stop_requested or is_finished(self._current, self._end):
+                    return
+                current, end = dict(self._current), dict(self._end)
+            ranges = next_ranges(current, stream.latest_offsets(list(current)), end, self._batch_records())
+            if not ranges:
+                with self._cond:
+                    self._cond.wait(self.toolbox.poll_interval)
+                continue
+            self._persist(pipeline, ranges)
+
+    def _batch_records(self) -> int:
+        """maxRowsInMemory caps a read; maxBytesInMemory too, at the average record size seen so far."""
+        tuning = self.spec.ingestion.tuning_config
+        cap = tuning.max_rows_in_memory
+        seen = self.row_stats.processed + self.row_stats.processed_with_error + self.row_stats.unparseable
+        if tuning.max_bytes_in_memory > 0 and seen and self.row_stats.processed_bytes:
+            cap = min(cap, max(1, tuning.max_bytes_in_memory * seen // self.row_stats.processed_bytes))
+        return cap
+
+    def _persist(self, pipeline: Any, ranges: dict[int, tuple[int, int]]) -> None:
+        directory = self.toolbox.task_dir / "persist" / str(len(self._persists))
+        result = pipeline.read_and_persist(ranges, directory)
+        tuning = self.spec.ingestion.tuning_config
+        with self._cond:
+            self._persists.append(directory)
+            self.row_stats += result.stats
+            self._current.update({p: stop for p, (_, stop) in ranges.items()})
+        self._write("sequences.json", [{"sequenceName": self.spec.sequence_name,
+                                        "startOffsets": self.spec.start_offsets,
+                                        "endOffsets": self._end, "currentOffsets": self._current}])
+        if tuning.log_parse_exceptions and result.parse_error_sample:
+            log.warning("task %s: unparseable row (%d so far), e.g. %s", self.spec.id,
+                        self.row_stats.parse_exceptions, result.parse_error_sample)
+        limit = tuning.effective_max_parse_exceptions()
+        if self.row_stats.parse_exceptions > limit:
+            raise TaskFailure(f"Max parse exceptions [{limit}] exceeded "
+                              f"({self.row_stats.unparseable} unparseable, {self.row_stats.processed_with_error} "
+                              f"processed with error); last: {result.parse_error_sample}")
+
+    # ---- publishing ----
+
+    def _publish(self, pipeline: Any) -> None:
+        with self._cond:
+            self.state = TaskState.PUBLISHING
+        schema = self.spec.ingestion.data_schema
+        tuning = self.spec.ingestion.tuning_config
+        segments: list[DataSegment] = []
+        if self._persists:
+            files = pipeline.merge(self._persists, schema.granularity_spec.segment_granularity,
+                                   tuning.effective_max_rows_per_segment(), self.toolbox.task_dir / "staging")
+            previous: str | None = None
+            for file in files:
+                segment = self._push(file, previous)
+                previous = str(segment.id)
+                segments.append(segment)
+        start = StreamOffsets(self.spec.ingestion.io_config.topic, dict(self.spec.start_offsets))
+        end = StreamOffsets(start.stream, self.current_offsets())
+        if segments or start.offsets != end.offsets:
+            self._commit(segments, start, end)
+        shutil.rmtree(self.toolbox.task_dir / "persist", ignore_errors=True)
+        shutil.rmtree(self.toolbox.task_dir / "staging", ignore_errors=True)
+        log.info("task %s published %d segments, offsets %s -> %s", self.spec.id, len(segments), start.offsets, end.offsets)
+
+    def _push(self, file: Any, previous: str | None) -> DataSegment:
+        schema = self.spec.ingestion.data_schema
+        granularity = schema.granularity_spec.segment_granularity
+        bucket = datetime.fromtimestamp(file.bucket_start_millis / 1000, UTC)
+        interval = Interval(bucket, granularity.bucket_end(bucket))
+        segment_id = self.toolbox.metadata.allocate_segment(
+            schema.data_source, interval, self.spec.sequence_name, previous, _iso(self.spec.created))
+        # replicas push the same segment id; unique paths keep a losing replica from touching the winner's file
+        load_spec = self.toolbox.deep_storage.push(file.path, segment_id, unique_path=True)
+        return DataSegment(
+            id=segment_id,
+            dimensions=[d.name for d in schema.dimensions_spec.dimensions],
+            metrics=[m.name for m in schema.metrics_spec],
+            aggregators=[m.to_json() for m in schema.metrics_spec],
+            shard_spec={"type": "numbered", "partitionNum": segment_id.partition_num, "partitions": 0},
+            num_rows=file.num_rows,
+            size=file.path.stat().st_size,
+            load_spec=load_spec,
+        )
+
+    def _commit(self, segments: list[DataSegment], start: StreamOffsets, end: StreamOffsets) -> None:
+        """The exactly-once step. A task of the next generation waits here until the previous one has
+        committed the offsets it starts from; a replica that lost the race finds its segments there."""
+        metadata = self.toolbox.metadata
+        while True:
+            result = metadata.commit_segments_and_metadata(segments, self.spec.data_source, start, end)
+            if result.success:
+                return
+            stored = metadata.get_stream_offsets(self.spec.data_source)
+            if self._published_by_replica(stored, end, segments):
+                log.info("task %s: a replica already published the same segments and offsets", self.spec.id)
+                return
+            if not _earlier_generation_pending(stored, start):
+                raise TaskFailure(result.message or "publish failed")
+            with self._cond:
+                if self._stop_requested:
+                    raise TaskFailure("task was stopped while waiting to publish; nothing was committed")
+                self._cond.wait(self.toolbox.poll_interval)
+
+    def _published_by_replica(self, stored: StreamOffsets | None, end: StreamOffsets, segments: list[DataSegment]) -> bool:
+        if stored is None or any(stored.offsets.get(p) != o for p, o in end.offsets.items()):
+            return False
+        used = {str(s.id) for s in self.toolbox.metadata.used_segments(self.spec.data_source)}
+        return all(str(s.id) in used for s in segments)
+
+    def _write(self, name: str, payload: Any) -> None:
+        path = self.toolbox.task_dir / name
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(payload, indent=2, default=str))
+        tmp.replace(path)
+
+
+def _earlier_generation_pending(stored: StreamOffsets | None, start: StreamOffsets) -> bool:
+    """True while the stored offsets are still behind this task's start (an earlier task is publishing)."""
+    if stored is None:
+        return False
+    common = [p for p in start.offsets if p in stored.offsets]
+    return bool(common) and all(stored.offsets[p] <= start.offsets[p] for p in common)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+__all__ = ["KafkaIndexTask", "KafkaIndexTaskSpec", "TaskFailure", "TaskState", "TaskStatus", "TaskToolbox",
+           "new_task_id"]

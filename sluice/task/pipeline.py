@@ -1,0 +1,126 @@
+"""The Spark side of a streaming task: read an offset range, parse, transform, roll up, persist;
+then, at publish, merge the persists into one Parquet file per segment.
+
+Every row is touched only by Spark (JVM expressions compiled from the spec by `ingest_plan`);
+Python only sees the counters Spark observes while the job runs and the names of files it wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+
+from sluice.spec.granularity import Granularity
+from sluice.task.ingest_plan import CORRUPT_COLUMN, TIME, IngestPlan
+from sluice.task.stats import RowStats
+
+
+@dataclass(frozen=True)
+class PersistResult:
+    stats: RowStats
+    #: one example of an unparseable row ("partition=P offset=O: text"), for logParseExceptions
+    parse_error_sample: str | None
+
+
+@dataclass(frozen=True)
+class SegmentFile:
+    bucket_start_millis: int
+    path: Path
+    num_rows: int
+
+
+class IngestPipeline:
+    """One data source's ingestion pass on a shared SparkSession."""
+
+    def __init__(self, spark: SparkSession, plan: IngestPlan, topic: str, consumer_properties: Mapping[str, object]):
+        self.spark = spark
+        self.plan = plan
+        self.source_options = {"topic": topic, "consumerProperties": json.dumps(dict(consumer_properties))}
+
+    def read(self, ranges: Mapping[int, tuple[int, int]]) -> DataFrame:
+        return (
+            self.spark.read.format("sluice_kafka")
+            .options(**self.source_options, ranges=json.dumps({str(p): list(r) for p, r in ranges.items()}))
+            .load()
+        )
+
+    def typed_rows(self, raw: DataFrame) -> DataFrame:
+        """Raw records -> typed rows with `__unparseable`, `__thrown`, `__perr` and `__bytes` flags."""
+        plan = self.plan
+        parsed = raw.select(
+            F.coalesce(F.octet_length("value"), F.lit(0)).cast("bigint").alias("__bytes"),
+            F.concat(F.lit("partition="), "partition", F.lit(" offset="), "offset", F.lit(": "),
+                     F.substring(F.col("value").cast("string"), 1, 300)).alias("__where"),
+            F.from_json(F.col("value").cast("string"), plan.json_schema_ddl,
+                        {"columnNameOfCorruptRecord": CORRUPT_COLUMN}).alias("__r"),
+        ).select("__bytes", "__where", F.col("__r").isNull().alias("__null_record"), "__r.*")
+        rows = parsed.withColumn(TIME, F.expr(plan.time_sql)).withColumn(
+            "__unparseable", F.expr(f"__null_record OR `{CORRUPT_COLUMN}` IS NOT NULL OR `{TIME}` IS NULL"))
+        if plan.transforms:
+            rows = rows.withColumns({name: F.expr(sql) for name, sql in plan.transforms.items()})
+        thrown = f"NOT coalesce({plan.filter_sql}, FALSE)" if plan.filter_sql else "FALSE"
+        perr = " OR ".join(
+            f"(`{raw_col}` IS NOT NULL AND {plan.typed_columns[out]} IS NULL)" for out, raw_col in plan.checked_inputs.items()
+        ) or "FALSE"
+        rows = rows.withColumns({"__thrown": F.expr(thrown), "__perr": F.expr(perr)})
+        return rows.withColumns({name: F.expr(sql) for name, sql in plan.typed_columns.items()})
+
+    def rolled_up(self, rows: DataFrame) -> DataFrame:
+        plan = self.plan
+        kept = rows.where("NOT __unparseable AND NOT __thrown").withColumn(TIME, F.expr(plan.query_granularity_sql))
+        if plan.rollup:
+            return kept.groupBy(TIME, *plan.dimensions).agg(*(F.expr(a) for a in plan.rollup_aggregations(False)))
+        return kept.select(TIME, *plan.dimensions, *(F.col(f"__in_{m}").alias(m) for m in plan.metrics))
+
+    def read_and_persist(self, ranges: Mapping[int, tuple[int, int]], persist_dir: Path) -> PersistResult:
+        """One Spark job: the range is read once; the counters are observed while the rollup is written."""
+        observation = Observation(f"rowStats-{uuid.uuid4().hex}")
+        rows = self.typed_rows(self.read(ranges)).observe(
+            observation,
+            F.count_if(F.expr("__unparseable")).alias("unparseable"),
+            F.count_if(F.expr("NOT __unparseable AND __thrown")).alias("thrownAway"),
+            F.count_if(F.expr("NOT __unparseable AND NOT __thrown AND __perr")).alias("processedWithError"),
+            F.count_if(F.expr("NOT __unparseable AND NOT __thrown AND NOT __perr")).alias("processed"),
+            F.coalesce(F.sum("__bytes"), F.lit(0)).alias("processedBytes"),
+            F.min(F.when(F.expr("__unparseable"), F.col("__where"))).alias("sample"),
+        )
+        self.rolled_up(rows).coalesce(1).write.mode("overwrite").parquet(str(persist_dir))
+        metrics = observation.get
+        stats = RowStats(
+            processed=metrics["processed"],
+            processed_with_error=metrics["processedWithError"],
+            thrown_away=metrics["thrownAway"],
+            unparseable=metrics["unparseable"],
+            processed_bytes=metrics["processedBytes"],
+        )
+        return PersistResult(stats, metrics["sample"])
+
+    def merge(self, persist_dirs: list[Path], segment_granularity: Granularity, max_rows_per_segment: int,
+              staging_dir: Path) -> list[SegmentFile]:
+        """Combine the persists (rolled-up rows merge again) into files of at most maxRowsPerSegment rows,
+        one or more per segmentGranularity bucket."""
+        plan = self.plan
+        rows = self.spark.read.parquet(*(str(d) for d in persist_dirs))
+        if plan.rollup:
+            rows = rows.groupBy(TIME, *plan.dimensions).agg(*(F.expr(a) for a in plan.rollup_aggregations(True)))
+        bucket = F.expr(f"unix_millis({segment_granularity.spark_sql(f'`{TIME}`')})")
+        (
+            rows.withColumn("__bucket", bucket)
+            .repartition("__bucket")
+            .sortWithinPartitions("__bucket", TIME)
+            .write.mode("overwrite")
+            .option("maxRecordsPerFile", max_rows_per_segment)
+            .partitionBy("__bucket")
+            .parquet(str(staging_dir))
+        )
+        return [
+            SegmentFile(int(path.parent.name.split("=", 1)[1]), path, pq.ParquetFile(path).metadata.num_rows)
+            for path in sorted(staging_dir.glob("__bucket=*/*.parquet"))
+        ]

@@ -1,0 +1,27 @@
+"""Druid's row counters for a task (rowStats.buildSegments), and the parse-exception budget."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass(frozen=True)
+class RowStats:
+    processed: int = 0
+    processed_with_error: int = 0
+    thrown_away: int = 0
+    unparseable: int = 0
+    processed_bytes: int = 0
+
+    def __add__(self, other: "RowStats") -> "RowStats":
+        return RowStats(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+    @property
+    def parse_exceptions(self) -> int:
+        """What maxParseExceptions counts: rows that failed to parse wholly or in part."""
+        return self.unparseable + self.processed_with_error
+
+    def to_json(self) -> dict[str, int]:
+        names = {"processed_with_error": "processedWithError", "thrown_away": "thrownAway",
+                 "processed_bytes": "processedBytes"}
+        return {names.get(k, k): v for k, v in asdict(self).items()}
