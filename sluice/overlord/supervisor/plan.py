@@ -1,0 +1,210 @@
+"""The supervisor's decisions, as a pure function (Druid's SeekableStreamSupervisor.runInternal).
+
+`plan(state, observation, config)` looks at what the runner observed (partitions, stored offsets,
+task statuses, the clock) and returns the next state plus the actions to carry out. It performs no
+I/O, so every rule below is tested with plain values. The runner (`stream_supervisor.py`) does
+the observing and the acting.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+#: partitionOffsets value meaning "start from what the metadata store has" (Druid's NOT_SET)
+NOT_SET = -1
+
+
+@dataclass
+class TaskGroup:
+    """The replicas reading one set of partitions from the same offsets (Druid's TaskGroup)."""
+
+    group_id: int
+    #: where every replica of this group starts; never changes during the lifetime of the group, so
+    #: replicas read identical ranges, allocate identical segment ids and publish the same commit
+    starting_offsets: dict[int, int]
+    #: the sequence name replicas share; segment allocation is keyed by it
+    base_sequence_name: str
+    created: datetime
+    task_ids: set[str] = field(default_factory=set)
+    #: set when the group stops reading: the offsets it publishes up to, and when to give up on it
+    end_offsets: dict[int, int] | None = None
+    completion_deadline: datetime | None = None
+
+
+@dataclass
+class SupervisorState:
+    #: activelyReadingTaskGroups: at most one reading group per group id
+    active: dict[int, TaskGroup] = field(default_factory=dict)
+    #: pendingCompletionTaskGroups: groups that stopped reading and are publishing, oldest first
+    pending: dict[int, list[TaskGroup]] = field(default_factory=dict)
+    #: partitionOffsets: where the next group for a partition starts; NOT_SET = the committed offsets
+    partition_offsets: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    data_source: str
+    task_count: int
+    replicas: int
+    task_duration: timedelta
+    completion_timeout: timedelta
+
+
+@dataclass(frozen=True)
+class Observation:
+    now: datetime
+    partitions: list[int]
+    #: committed offsets in the metadata store (empty when nothing was committed yet)
+    stored_offsets: dict[int, int]
+    #: earliest or latest offsets (per useEarliestOffset), for partitions with nothing committed
+    initial_offsets: dict[int, int]
+    #: RUNNING, SUCCESS or FAILED for every task the runner knows; an absent task is gone
+    task_statuses: dict[str, str]
+
+
+@dataclass(frozen=True)
+class StartTask:
+    group_id: int
+
+
+@dataclass(frozen=True)
+class EndGroup:
+    """Pause the group's replicas, take the highest current offsets as end offsets, let them publish."""
+
+    group_id: int
+
+
+@dataclass(frozen=True)
+class KillTask:
+    task_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RecordStartingOffsets:
+    """Store the first starting offsets of partitions nothing was committed for, before any task reads
+    them: a later generation's publish then waits for the earlier one instead of racing it."""
+
+    offsets: dict[int, int]
+
+
+Action = StartTask | EndGroup | KillTask | RecordStartingOffsets
+
+
+@dataclass(frozen=True)
+class Plan:
+    state: SupervisorState
+    actions: list[Action]
+    errors: list[str]
+
+
+def group_of(partition: int, task_count: int) -> int:
+    return partition % task_count
+
+
+def plan(current: SupervisorState, obs: Observation, config: PlanConfig) -> Plan:
+    state = copy.deepcopy(current)
+    actions: list[Action] = []
+    errors: list[str] = []
+    _update_partitions(state, obs)
+    _check_pending_completion(state, obs, actions, errors)
+    _check_active_groups(state, obs, actions, errors)
+    _check_task_duration(state, obs, config, actions)
+    _create_groups(state, obs, config, actions)
+    return Plan(state, actions, errors)
+
+
+def _update_partitions(state: SupervisorState, obs: Observation) -> None:
+    for partition in obs.partitions:
+        state.partition_offsets.setdefault(partition, NOT_SET)
+
+
+def _check_pending_completion(state: SupervisorState, obs: Observation, actions: list[Action], errors: list[str]) -> None:
+    """A publishing group is done when one replica succeeds; when all fail or it times out, it and every
+    later group of its partitions are killed and the partitions restart from the committed offsets."""
+    for group_id, groups in list(state.pending.items()):
+        for index, group in enumerate(groups):
+            statuses = [obs.task_statuses.get(t, "FAILED") for t in group.task_ids]
+            if "SUCCESS" in statuses:
+                actions += [KillTask(t, "another replica published") for t in group.task_ids
+                            if obs.task_statuses.get(t) == "RUNNING"]
+                group.task_ids.clear()
+            elif "RUNNING" not in statuses or obs.now >= group.completion_deadline:
+                reason = "all replicas failed to publish" if "RUNNING" not in statuses else "completionTimeout exceeded"
+                errors.append(f"task group {group_id} ({', '.join(sorted(group.task_ids))}): {reason}")
+                later = groups[index:] + ([state.active.pop(group_id)] if group_id in state.active else [])
+                actions += [KillTask(t, reason) for g in later for t in g.task_ids
+                            if obs.task_statuses.get(t) == "RUNNING"]
+                for partition in group.starting_offsets:
+                    state.partition_offsets[partition] = NOT_SET
+                groups[index:] = []
+                break
+        state.pending[group_id] = [g for g in groups if g.task_ids]
+        if not state.pending[group_id]:
+            del state.pending[group_id]
+
+
+def _check_active_groups(state: SupervisorState, obs: Observation, actions: list[Action], errors: list[str]) -> None:
+    """Failed or vanished replicas leave their group; an empty group is dropped and re-created at the
+    same starting offsets (partitionOffsets did not move)."""
+    for group_id, group in list(state.active.items()):
+        for task_id in sorted(group.task_ids):
+            status = obs.task_statuses.get(task_id, "FAILED")
+            if status != "RUNNING":
+                group.task_ids.discard(task_id)
+                if status == "FAILED":
+                    errors.append(f"task {task_id} of task group {group_id} failed while reading")
+        if not group.task_ids:
+            del state.active[group_id]
+
+
+def _check_task_duration(state: SupervisorState, obs: Observation, config: PlanConfig, actions: list[Action]) -> None:
+    for group_id, group in state.active.items():
+        if obs.now >= group.created + config.task_duration:
+            actions.append(EndGroup(group_id))
+
+
+def _create_groups(state: SupervisorState, obs: Observation, config: PlanConfig, actions: list[Action]) -> None:
+    ending = {a.group_id for a in actions if isinstance(a, EndGroup)}
+    groups: dict[int, list[int]] = {}
+    for partition in sorted(obs.partitions):
+        groups.setdefault(group_of(partition, config.task_count), []).append(partition)
+    first_offsets: dict[int, int] = {}
+    for group_id, partitions in groups.items():
+        if group_id in ending:
+            continue  # the next group starts once this one's end offsets are known
+        if group_id not in state.active:
+            starting = {}
+            for partition in partitions:
+                offset = state.partition_offsets.get(partition, NOT_SET)
+                if offset == NOT_SET:
+                    offset = obs.stored_offsets.get(partition, NOT_SET)
+                if offset == NOT_SET:
+                    offset = first_offsets[partition] = obs.initial_offsets[partition]
+                starting[partition] = offset
+            state.active[group_id] = TaskGroup(group_id, starting, sequence_name(config, group_id, starting), obs.now)
+        missing = config.replicas - len(state.active[group_id].task_ids)
+        actions += [StartTask(group_id)] * max(missing, 0)
+    if first_offsets:
+        actions.insert(0, RecordStartingOffsets(first_offsets))
+
+
+def sequence_name(config: PlanConfig, group_id: int, starting_offsets: dict[int, int]) -> str:
+    """Deterministic per group and start, so a re-created group after a restart reuses the name."""
+    digest = hashlib.sha1(json.dumps([config.data_source, group_id, sorted(starting_offsets.items())]).encode())
+    return f"index_kafka_{config.data_source}_{digest.hexdigest()[:15]}"
+
+
+def end_group(current: SupervisorState, group_id: int, end_offsets: dict[int, int], deadline: datetime) -> SupervisorState:
+    """After EndGroup: the group publishes up to `end_offsets`; the next group starts exactly there."""
+    state = copy.deepcopy(current)
+    group = state.active.pop(group_id)
+    group.end_offsets = dict(end_offsets)
+    group.completion_deadline = deadline
+    state.pending.setdefault(group_id, []).append(group)
+    state.partition_offsets.update(end_offsets)
+    return state

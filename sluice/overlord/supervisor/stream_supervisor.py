@@ -1,0 +1,276 @@
+"""Runs one Kafka supervisor: observes, asks `plan` what to do, and does it.
+
+One thread handles the supervisor's notices in order (Druid's notice queue): a RunNotice every
+`period` after `startDelay`, one whenever a task of this supervisor changes status, and the stop
+notice. RunNotices are coalesced: while one is queued, more are not added (Druid issue #11414 is
+what happens otherwise).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from datetime import UTC, datetime
+from typing import Any, Callable
+
+from sluice.metadata.store import MetadataStore, StreamOffsets
+from sluice.overlord.supervisor.plan import (
+    EndGroup, KillTask, Observation, PlanConfig, RecordStartingOffsets, StartTask, SupervisorState, end_group, plan,
+)
+from sluice.overlord.task_runner import TaskRunner
+from sluice.spec.supervisor import KafkaIOConfig, KafkaSupervisorSpec
+from sluice.stream.kafka import KafkaStream, StreamError
+from sluice.task.kafka_index_task import KafkaIndexTaskSpec, TaskStatus, new_task_id
+
+log = logging.getLogger(__name__)
+
+#: Druid's druid.supervisor.* defaults
+UNHEALTHINESS_THRESHOLD = 3
+TASK_UNHEALTHINESS_THRESHOLD = 3
+MAX_STORED_EXCEPTION_EVENTS = 10
+
+_RUN, _STOP, _TERMINATE = "run", "stop", "terminate"
+
+
+class StreamSupervisor:
+    def __init__(self, spec: KafkaSupervisorSpec, runner: TaskRunner, metadata: MetadataStore,
+                 stream_factory: Callable[[KafkaIOConfig], KafkaStream],
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.spec = spec
+        io = spec.spec.io_config
+        self.config = PlanConfig(spec.id, io.task_count, io.replicas, io.task_duration, io.completion_timeout)
+        self.state = SupervisorState()
+        self._runner = runner
+        self._metadata = metadata
+        self._stream_factory = stream_factory
+        self._clock = clock
+        self._notices: queue.Queue[str] = queue.Queue()
+        self._run_queued = threading.Event()
+        self._thread = threading.Thread(target=self._handle_notices, name=f"supervisor-{spec.id}", daemon=True)
+        self._stream: KafkaStream | None = None
+        # what the status report shows, refreshed by every run
+        self._runs = 0
+        self._stopping = False
+        self._latest_offsets: dict[int, int] = {}
+        self._offsets_updated: datetime | None = None
+        self._stream_connected_once = False
+        self._stream_error: str | None = None
+        self._failed_runs = 0
+        self._task_outcomes: deque[str] = deque(maxlen=TASK_UNHEALTHINESS_THRESHOLD)
+        self._killed: set[str] = set()
+        self.recent_errors: deque[dict[str, Any]] = deque(maxlen=MAX_STORED_EXCEPTION_EVENTS)
+
+    # ---- lifecycle ----
+
+    def start(self) -> None:
+        self._runner.add_listener(self._on_task_status)
+        self._thread.start()
+
+    def stop(self, graceful: bool, timeout: float = 60.0) -> None:
+        """graceful (terminate): reading groups stop at definite end offsets and publish; otherwise just stop."""
+        self._stopping = True
+        self._notices.put(_TERMINATE if graceful else _STOP)
+        self._thread.join(timeout)
+
+    def request_run(self) -> None:
+        if not self._run_queued.is_set():
+            self._run_queued.set()
+            self._notices.put(_RUN)
+
+    def _on_task_status(self, status: TaskStatus) -> None:
+        if self._owns(status.id) and not self._stopping:
+            if status.id not in self._killed:
+                self._task_outcomes.append(status.status_code)
+            self.request_run()
+
+    def _owns(self, task_id: str) -> bool:
+        groups = list(self.state.active.values()) + [g for gs in self.state.pending.values() for g in gs]
+        return any(task_id in g.task_ids for g in groups)
+
+    def _handle_notices(self) -> None:
+        io = self.spec.spec.io_config
+        next_run = time.monotonic() + io.start_delay.total_seconds()
+        while True:
+            try:
+                notice = self._notices.get(timeout=max(0.0, next_run - time.monotonic()))
+            except queue.Empty:
+                notice = _RUN
+            if notice == _RUN:
+                self._run_queued.clear()
+                self._run_once()
+                next_run = time.monotonic() + io.period.total_seconds()
+            else:
+                if notice == _TERMINATE:
+                    self._end_all_groups()
+                if self._stream is not None:
+                    self._stream.close()
+                return
+
+    # ---- one RunNotice ----
+
+    def _run_once(self) -> None:
+        try:
+            observation = self._observe()
+        except StreamError as error:
+            self._stream_error = str(error)
+            self._record_error("StreamException", str(error), stream=True)
+            return
+        try:
+            decided = plan(self.state, observation, self.config)
+            self.state = decided.state
+            for message in decided.errors:
+                self._record_error("TaskFailure", message)
+            for action in decided.actions:
+                self._execute(action)
+            self._failed_runs = 0
+        except Exception as error:  # the supervisor keeps running; UNHEALTHY_SUPERVISOR after a few of these
+            log.exception("supervisor %s run failed", self.spec.id)
+            self._failed_runs += 1
+            self._record_error(type(error).__name__, str(error))
+        finally:
+            self._runs += 1
+
+    def _observe(self) -> Observation:
+        io = self.spec.spec.io_config
+        if self._stream is None:
+            self._stream = self._stream_factory(io)
+        partitions = self._stream.partitions()
+        latest = self._stream.latest_offsets(partitions)
+        self._stream_connected_once, self._stream_error = True, None
+        self._latest_offsets, self._offsets_updated = latest, self._clock()
+        stored = self._metadata.get_stream_offsets(self.spec.id)
+        if stored is not None and stored.stream != io.topic:
+            raise StreamError(f"the metadata store has offsets of stream [{stored.stream}], not [{io.topic}]; "
+                              f"reset the supervisor to start over")
+        stored_offsets = stored.offsets if stored else {}
+        unseen = [p for p in partitions if p not in stored_offsets]
+        initial = (self._stream.earliest_offsets(unseen) if io.use_earliest_offset else
+                   {p: latest[p] for p in unseen}) if unseen else {}
+        task_ids = {t for g in self.state.active.values() for t in g.task_ids}
+        task_ids |= {t for gs in self.state.pending.values() for g in gs for t in g.task_ids}
+        statuses = {t: s.status_code for t in task_ids if (s := self._runner.status(t)) is not None}
+        return Observation(self._clock(), partitions, stored_offsets, initial, statuses)
+
+    def _execute(self, action: Any) -> None:
+        io = self.spec.spec.io_config
+        if isinstance(action, RecordStartingOffsets):
+            self._metadata.reset_stream_offsets(self.spec.id, StreamOffsets(io.topic, action.offsets))
+        elif isinstance(action, StartTask):
+            group = self.state.active[action.group_id]
+            task = KafkaIndexTaskSpec(new_task_id(self.spec.id, group.base_sequence_name), group.group_id,
+                                      group.base_sequence_name, self.spec.spec, dict(group.starting_offsets))
+            group.task_ids.add(task.id)
+            self._runner.run(task)
+        elif isinstance(action, KillTask):
+            self._killed.add(action.task_id)
+            self._runner.shutdown(action.task_id, action.reason)
+        elif isinstance(action, EndGroup):
+            self._end_group(action.group_id)
+
+    def _end_group(self, group_id: int) -> None:
+        """Pause every replica, publish up to the highest offsets any of them reached, start the next group."""
+        group = self.state.active[group_id]
+        paused = {t: c for t in group.task_ids if (c := self._runner.client(t)) is not None}
+        offsets = {t: o for t, c in paused.items() if (o := c.pause()) is not None}
+        for task_id in group.task_ids - set(offsets):
+            self._killed.add(task_id)
+            self._runner.shutdown(task_id, "could not be paused to end its reading")
+        if not offsets:
+            del self.state.active[group_id]
+            self._record_error("TaskFailure", f"task group {group_id}: no replica could be paused; restarting it")
+            return
+        end = {p: max(o[p] for o in offsets.values()) for p in group.starting_offsets}
+        for task_id in offsets:
+            paused[task_id].set_end_offsets(end, finish=True)
+        group.task_ids = set(offsets)
+        self.state = end_group(self.state, group_id, end, self._clock() + self.config.completion_timeout)
+        self.request_run()
+
+    def _end_all_groups(self) -> None:
+        for group_id in list(self.state.active):
+            try:
+                self._end_group(group_id)
+            except Exception as error:
+                log.exception("supervisor %s: ending task group %d failed", self.spec.id, group_id)
+                self._record_error(type(error).__name__, str(error))
+
+    def _record_error(self, kind: str, message: str, stream: bool = False) -> None:
+        log.warning("supervisor %s: %s", self.spec.id, message)
+        self.recent_errors.append({"timestamp": _iso(self._clock()), "exceptionClass": kind,
+                                   "message": message, "streamException": stream})
+
+    # ---- reporting ----
+
+    def health(self) -> tuple[str, str]:
+        """(state, detailedState) as in Druid's supervisor state table."""
+        if self._stopping:
+            return "STOPPING", "STOPPING"
+        if self._stream_error is not None:
+            detailed = "LOST_CONTACT_WITH_STREAM" if self._stream_connected_once else "UNABLE_TO_CONNECT_TO_STREAM"
+            return "UNHEALTHY_SUPERVISOR", detailed
+        if self._failed_runs >= UNHEALTHINESS_THRESHOLD:
+            return "UNHEALTHY_SUPERVISOR", "UNHEALTHY_SUPERVISOR"
+        if len(self._task_outcomes) == TASK_UNHEALTHINESS_THRESHOLD and set(self._task_outcomes) == {"FAILED"}:
+            return "UNHEALTHY_TASKS", "UNHEALTHY_TASKS"
+        if self._runs == 0:
+            return "PENDING", "PENDING"
+        return "RUNNING", "RUNNING"
+
+    @property
+    def healthy(self) -> bool:
+        return not self.health()[0].startswith("UNHEALTHY")
+
+    def status_report(self) -> dict[str, Any]:
+        io = self.spec.spec.io_config
+        now = self._clock()
+        state, detailed = self.health()
+        active = [self._task_report(t, g, "ACTIVE", now) for g in self.state.active.values() for t in sorted(g.task_ids)]
+        publishing = [self._task_report(t, g, "PUBLISHING", now)
+                      for gs in self.state.pending.values() for g in gs for t in sorted(g.task_ids)]
+        task_lags = [report["lag"] for report in active if report["lag"] is not None]
+        lag = {p: min(l[p] for l in task_lags if p in l) for p in sorted({p for l in task_lags for p in l})}
+        payload = {
+            "dataSource": self.spec.id,
+            "stream": io.topic,
+            "partitions": len(self._latest_offsets),
+            "replicas": io.replicas,
+            "durationSeconds": int(io.task_duration.total_seconds()),
+            "activeTasks": active,
+            "publishingTasks": publishing,
+            "latestOffsets": _str_keys(self._latest_offsets),
+            "minimumLag": lag,
+            "aggregateLag": max(0, sum(lag.values())),
+            "offsetsLastUpdated": _iso(self._offsets_updated) if self._offsets_updated else None,
+            "suspended": False,
+            "healthy": not state.startswith("UNHEALTHY"),
+            "state": state,
+            "detailedState": detailed,
+            "recentErrors": list(self.recent_errors),
+        }
+        return {"id": self.spec.id, "generationTime": _iso(now), "payload": payload}
+
+    def _task_report(self, task_id: str, group: Any, kind: str, now: datetime) -> dict[str, Any]:
+        client = self._runner.client(task_id)
+        current = client.current_offsets() if client is not None else None
+        remaining = (group.created + self.config.task_duration - now).total_seconds()
+        return {
+            "id": task_id,
+            "startingOffsets": _str_keys(group.starting_offsets),
+            "startTime": _iso(group.created),
+            "remainingSeconds": max(0, int(remaining)),
+            "type": kind,
+            "currentOffsets": _str_keys(current) if current is not None else None,
+            "lag": _str_keys({p: self._latest_offsets[p] - o for p, o in current.items() if p in self._latest_offsets})
+            if current is not None else None,
+        }
+
+
+def _str_keys(offsets: dict[int, int]) -> dict[str, int]:
+    return {str(p): o for p, o in sorted(offsets.items())}
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

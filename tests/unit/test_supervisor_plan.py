@@ -1,0 +1,120 @@
+"""The supervisor's decisions: observations in -> state and actions out, no servers involved."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from sluice.overlord.supervisor.plan import (
+    NOT_SET, EndGroup, KillTask, Observation, PlanConfig, RecordStartingOffsets, StartTask, SupervisorState,
+    end_group, plan,
+)
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+CONFIG = PlanConfig("wiki", task_count=2, replicas=1, task_duration=timedelta(minutes=10),
+                    completion_timeout=timedelta(minutes=5))
+
+
+def observe(now=T0, partitions=(0, 1, 2, 3), stored=None, initial=None, statuses=None) -> Observation:
+    return Observation(now, list(partitions), stored or {}, initial if initial is not None else
+                       {p: 0 for p in partitions if p not in (stored or {})}, statuses or {})
+
+
+def started(state: SupervisorState, ids: dict[int, str]) -> SupervisorState:
+    """What the runner does after StartTask: the task id joins its group."""
+    for group_id, task_id in ids.items():
+        state.active[group_id].task_ids.add(task_id)
+    return state
+
+
+def test_first_run_groups_partitions_by_modulo_and_records_starting_offsets():
+    decided = plan(SupervisorState(), observe(initial={0: 5, 1: 6, 2: 7, 3: 8}), CONFIG)
+    assert decided.actions == [RecordStartingOffsets({0: 5, 1: 6, 2: 7, 3: 8}), StartTask(0), StartTask(1)]
+    assert decided.state.active[0].starting_offsets == {0: 5, 2: 7}
+    assert decided.state.active[1].starting_offsets == {1: 6, 3: 8}
+
+
+def test_stored_offsets_win_over_initial_ones_and_are_not_recorded_again():
+    decided = plan(SupervisorState(), observe(stored={0: 100, 1: 200, 2: 300, 3: 400}), CONFIG)
+    assert decided.actions == [StartTask(0), StartTask(1)]
+    assert decided.state.active[0].starting_offsets == {0: 100, 2: 300}
+
+
+def test_replicas_get_the_same_group_and_sequence():
+    config = PlanConfig("wiki", 1, 2, timedelta(minutes=10), timedelta(minutes=5))
+    decided = plan(SupervisorState(), observe(partitions=(0,)), config)
+    assert decided.actions.count(StartTask(0)) == 2
+    assert len(decided.state.active) == 1
+
+
+def test_running_groups_are_left_alone():
+    state = started(plan(SupervisorState(), observe(), CONFIG).state, {0: "a", 1: "b"})
+    decided = plan(state, observe(now=T0 + timedelta(minutes=1), statuses={"a": "RUNNING", "b": "RUNNING"}), CONFIG)
+    assert decided.actions == []
+    assert decided.state.active.keys() == {0, 1}
+
+
+def test_task_duration_ends_the_group_and_the_next_starts_at_its_end_offsets():
+    state = started(plan(SupervisorState(), observe(), CONFIG).state, {0: "a", 1: "b"})
+    later = T0 + timedelta(minutes=10)
+    decided = plan(state, observe(now=later, statuses={"a": "RUNNING", "b": "RUNNING"}), CONFIG)
+    assert decided.actions == [EndGroup(0), EndGroup(1)]
+
+    state = end_group(decided.state, 0, {0: 50, 2: 70}, later + CONFIG.completion_timeout)
+    assert state.pending[0][0].end_offsets == {0: 50, 2: 70}
+    assert state.partition_offsets[0] == 50 and state.partition_offsets[2] == 70
+    decided = plan(state, observe(now=later, stored={0: 0, 1: 0, 2: 0, 3: 0}, statuses={"a": "RUNNING", "b": "RUNNING"}),
+                   CONFIG)
+    assert StartTask(0) in decided.actions
+    assert decided.state.active[0].starting_offsets == {0: 50, 2: 70}  # not the stored 0s: no gap, no overlap
+
+
+def test_a_published_group_is_forgotten_and_its_other_replicas_stopped():
+    state = SupervisorState()
+    state = started(plan(state, observe(partitions=(0,)), PlanConfig("w", 1, 2, timedelta(1), timedelta(1))).state,
+                    {0: "a"})
+    state.active[0].task_ids.add("a2")
+    state = end_group(state, 0, {0: 10}, T0 + timedelta(hours=1))
+    decided = plan(state, observe(partitions=(0,), statuses={"a": "SUCCESS", "a2": "RUNNING"}),
+                   PlanConfig("w", 1, 2, timedelta(1), timedelta(1)))
+    assert KillTask("a2", "another replica published") in decided.actions
+    assert decided.state.pending == {}
+
+
+@pytest.mark.parametrize("statuses, now, reason", [
+    ({"a": "FAILED", "n": "RUNNING"}, T0, "all replicas failed to publish"),
+    ({"a": "RUNNING", "n": "RUNNING"}, T0 + timedelta(minutes=6), "completionTimeout exceeded"),
+])
+def test_a_failed_publish_kills_the_later_group_and_restarts_from_committed_offsets(statuses, now, reason):
+    state = started(plan(SupervisorState(), observe(partitions=(0,)), CONFIG).state, {0: "a"})
+    state = end_group(state, 0, {0: 10}, T0 + CONFIG.completion_timeout)
+    state = started(plan(state, observe(partitions=(0,), statuses={"a": "RUNNING"}), CONFIG).state, {0: "n"})
+    assert state.active[0].starting_offsets == {0: 10}
+
+    decided = plan(state, observe(now=now, partitions=(0,), stored={0: 0}, statuses=statuses), CONFIG)
+    assert KillTask("n", reason) in decided.actions
+    assert any(reason in e for e in decided.errors)
+    assert decided.state.partition_offsets[0] == NOT_SET
+    assert decided.state.active[0].starting_offsets == {0: 0}  # back to what is committed
+    assert decided.state.pending == {}
+
+
+def test_a_failed_reading_task_is_replaced_at_the_same_starting_offsets():
+    state = started(plan(SupervisorState(), observe(stored={p: 7 for p in range(4)}), CONFIG).state, {0: "a", 1: "b"})
+    decided = plan(state, observe(stored={p: 7 for p in range(4)}, statuses={"a": "FAILED", "b": "RUNNING"}), CONFIG)
+    assert decided.actions == [StartTask(0)]
+    assert decided.state.active[0].starting_offsets == {0: 7, 2: 7}
+    assert any("failed while reading" in e for e in decided.errors)
+
+
+def test_a_vanished_task_counts_as_failed():
+    stored = {p: 0 for p in range(4)}
+    state = started(plan(SupervisorState(), observe(stored=stored), CONFIG).state, {0: "a", 1: "b"})
+    decided = plan(state, observe(stored=stored, statuses={"b": "RUNNING"}), CONFIG)
+    assert decided.actions == [StartTask(0)]
+
+
+def test_plan_does_not_mutate_its_input():
+    state = started(plan(SupervisorState(), observe(), CONFIG).state, {0: "a", 1: "b"})
+    before = repr(state)
+    plan(state, observe(now=T0 + timedelta(hours=1), statuses={"a": "FAILED"}), CONFIG)
+    assert repr(state) == before
