@@ -1,0 +1,182 @@
+"""Kafka → supervisor → tasks on Spark → segments → Druid SQL, through the real HTTP API.
+
+A real Tansu broker on loopback, the shared SparkSession, a SQLite metadata store and a local deep
+storage; expected answers are computed directly from the produced events.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import socket
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import httpx
+import pytest
+
+from sluice.dev.sample_data import generate, produce
+from sluice.server.node import Node, NodeConfig
+
+EXAMPLE = json.loads((Path(__file__).resolve().parents[2] / "examples" / "wikipedia-kafka-supervisor.json").read_text())
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def node(spark, tmp_path_factory) -> Iterator[Node]:  # noqa: ARG001 - Spark must be up before the node shares it
+    node = Node(NodeConfig(port=_free_port(), work_dir=tmp_path_factory.mktemp("sluice")))
+    node.start()
+    yield node
+    for spec_id in node.supervisors.ids():
+        node.supervisors.terminate(spec_id)
+    node.stop()
+
+
+@pytest.fixture(scope="module")
+def http(node: Node) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=f"http://127.0.0.1:{node.config.port}", timeout=60) as client:
+        yield client
+
+
+def supervisor_spec(data_source: str, topic: str, bootstrap: str, **io: Any) -> dict[str, Any]:
+    spec = copy.deepcopy(EXAMPLE)
+    spec["spec"]["dataSchema"]["dataSource"] = data_source
+    spec["spec"]["ioConfig"].update({"topic": topic, "consumerProperties": {"bootstrap.servers": bootstrap},
+                                     "startDelay": "PT0S", "period": "PT1S", **io})
+    return spec
+
+
+def sql(http: httpx.Client, query: str) -> list[dict[str, Any]]:
+    response = http.post("/druid/v2/sql", json={"query": query})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := condition():
+            return result
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def committed_offsets(node: Node, data_source: str) -> dict[int, int]:
+    stored = node.metadata.get_stream_offsets(data_source)
+    return stored.offsets if stored else {}
+
+
+def test_every_event_is_counted_exactly_once_across_task_generations(node, http, kafka_broker):
+    topic = "wiki-e2e"
+    kafka_broker.create_topic(topic, 4)
+    records = generate(120_000, seed=11)
+    first, second = records[:60_000], records[60_000:]
+    produce(kafka_broker.bootstrap_servers, topic, first, 4)
+
+    spec = supervisor_spec("wiki_e2e", topic, kafka_broker.bootstrap_servers, taskCount=2, taskDuration="PT8S")
+    spec["spec"]["tuningConfig"]["maxRowsInMemory"] = 25_000
+    response = http.post("/druid/indexer/v1/supervisor", json=spec)
+    assert response.status_code == 200 and response.json() == {"id": "wiki_e2e"}
+
+    # the first generation publishes what it read; only then does the second half arrive
+    wait_for(lambda: sum(committed_offsets(node, "wiki_e2e").values()) >= len(first), 120, "the first publish")
+    end_offsets = produce(kafka_broker.bootstrap_servers, topic, second, 4)
+    wait_for(lambda: committed_offsets(node, "wiki_e2e") == end_offsets, 180, "offsets committed to the end")
+
+    valid = [r.event for r in records if r.kind == "valid"]
+    assert sql(http, 'SELECT SUM("count") AS n FROM wiki_e2e') == [{"n": len(valid)}]
+
+    per_channel: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for event in valid:
+        sums = per_channel[event["channel"]]
+        sums[0] += 1
+        sums[1] += event["added"]
+        sums[2] += event["delta"]
+    rows = sql(http, 'SELECT channel, SUM("count") AS n, SUM(added) AS added, SUM(delta) AS delta '
+                     "FROM wiki_e2e GROUP BY channel")
+    assert {r["channel"]: [r["n"], r["added"], r["delta"]] for r in rows} == per_channel
+
+    per_hour = Counter(event["time"][:13] + ":00:00.000Z" for event in valid)
+    rows = sql(http, 'SELECT FLOOR(__time TO HOUR) AS h, SUM("count") AS n FROM wiki_e2e GROUP BY 1')
+    assert {r["h"]: r["n"] for r in rows} == per_hour
+
+    # at least two generations of each task group published, and the bad records were counted
+    tasks = http.get("/druid/indexer/v1/tasks", params={"state": "complete", "datasource": "wiki_e2e"}).json()
+    succeeded = [t for t in tasks if t["status"] == "SUCCESS"]
+    assert len(succeeded) >= 4, tasks
+    reports = [http.get(f"/druid/indexer/v1/task/{t['id']}/reports").json() for t in succeeded]
+    stats = Counter()
+    for report in reports:
+        stats.update(report["ingestionStatsAndErrors"]["payload"]["rowStats"]["buildSegments"])
+    assert stats["unparseable"] == sum(r.kind != "valid" for r in records)
+    assert stats["processed"] == len(valid)
+
+    status = http.get("/druid/indexer/v1/supervisor/wiki_e2e/status").json()["payload"]
+    assert status["dataSource"] == "wiki_e2e" and status["stream"] == topic and status["partitions"] == 4
+    assert status["state"] == "RUNNING" and status["healthy"] is True
+    assert {t["id"] for t in status["activeTasks"]} and status["aggregateLag"] == 0
+
+
+def test_the_legacy_spec_form_is_accepted_and_served_back_in_the_current_form(http, kafka_broker):
+    legacy = {
+        "type": "kafka",
+        "dataSchema": {
+            "dataSource": "legacy_form",
+            "parser": {"type": "string", "parseSpec": {"format": "json", "timestampSpec": {"column": "time"},
+                                                       "dimensionsSpec": {"dimensions": ["channel"]}}},
+            "metricsSpec": [{"type": "count", "name": "count"}],
+            "granularitySpec": {"segmentGranularity": "HOUR"},
+        },
+        "ioConfig": {"topic": "legacy", "consumerProperties": {"bootstrap.servers": kafka_broker.bootstrap_servers}},
+    }
+    assert http.post("/druid/indexer/v1/supervisor", json=legacy).json() == {"id": "legacy_form"}
+    assert "legacy_form" in http.get("/druid/indexer/v1/supervisor").json()
+    served = http.get("/druid/indexer/v1/supervisor/legacy_form").json()
+    assert served["spec"]["ioConfig"]["inputFormat"] == {"type": "json", "keepNullColumns": False}
+    assert served["spec"]["dataSchema"]["timestampSpec"]["column"] == "time"
+    assert http.post("/druid/indexer/v1/supervisor/legacy_form/terminate").json() == {"id": "legacy_form"}
+    assert http.get("/druid/indexer/v1/supervisor/legacy_form/status").status_code == 404
+
+
+@pytest.mark.parametrize("change, status, error", [
+    (lambda s: s["spec"]["dataSchema"]["metricsSpec"][1].pop("fieldName"), 400,
+     "spec.dataSchema.metricsSpec[1].fieldName: longSum needs fieldName"),
+    (lambda s: s["spec"]["ioConfig"].pop("topic"), 400, "spec.ioConfig.topic: Field required"),
+    (lambda s: s["spec"]["tuningConfig"].update(indexSpec={}), 400, "spec.tuningConfig.indexSpec: Sluice does not support"),
+    (lambda s: s["spec"]["dataSchema"]["granularitySpec"].update(segmentGranularity="fortnight"), 400,
+     "spec.dataSchema.granularitySpec.segmentGranularity: unknown granularity 'fortnight'"),
+])
+def test_an_invalid_spec_is_a_400_naming_the_field(http, change, status, error):
+    spec = copy.deepcopy(EXAMPLE)
+    change(spec)
+    response = http.post("/druid/indexer/v1/supervisor", json=spec)
+    assert response.status_code == status
+    assert response.json()["error"].startswith(error)
+
+
+def test_too_many_parse_exceptions_fail_the_task_with_the_reason(node, http, kafka_broker):
+    topic = "wiki-bad"
+    kafka_broker.create_topic(topic, 1)
+    records = generate(20_000, seed=3)
+    produce(kafka_broker.bootstrap_servers, topic, records, 1)
+    spec = supervisor_spec("wiki_bad", topic, kafka_broker.bootstrap_servers, taskCount=1, taskDuration="PT1H")
+    spec["spec"]["tuningConfig"]["maxParseExceptions"] = 5
+    assert http.post("/druid/indexer/v1/supervisor", json=spec).status_code == 200
+
+    def failed_task() -> dict[str, Any] | None:
+        tasks = http.get("/druid/indexer/v1/tasks", params={"datasource": "wiki_bad", "state": "complete"}).json()
+        return next((t for t in tasks if t["status"] == "FAILED"), None)
+
+    task = wait_for(failed_task, 120, "a FAILED task")
+    assert "Max parse exceptions [5] exceeded" in task["errorMsg"]
+    status = http.get(f"/druid/indexer/v1/task/{task['id']}/status").json()["status"]
+    assert status["statusCode"] == "FAILED" and status["dataSource"] == "wiki_bad"
+    assert node.metadata.used_segments("wiki_bad") == []  # a failed task commits nothing
+    http.post("/druid/indexer/v1/supervisor/wiki_bad/terminate")
