@@ -132,8 +132,13 @@ def parse_supervisor_spec(payload: Any) -> KafkaSupervisorSpec:
         raise SpecError("", "a supervisor spec must be a JSON object")
     if payload.get("type") not in ("kafka", None):
         raise SpecError("type", f"supervisor type {payload.get('type')!r} is not supported; Sluice runs 'kafka'")
-    legacy = "spec" not in payload and "dataSchema" in payload
-    current, paths = (_from_legacy(payload), _LEGACY_PATHS) if legacy else (payload, {})
+    if "spec" in payload:
+        # Druid's serialized form repeats the spec's parts at the top level; as in Druid, `spec` wins
+        current, paths = {k: v for k, v in payload.items() if k not in _LEGACY_KEYS}, {}
+    elif "dataSchema" in payload:
+        current, paths = _from_legacy(payload), _LEGACY_PATHS
+    else:
+        current, paths = payload, {}
     try:
         return KafkaSupervisorSpec.model_validate({"type": "kafka", **current})
     except ValidationError as err:

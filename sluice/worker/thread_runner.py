@@ -78,6 +78,10 @@ class ThreadTaskRunner:
         with self._lock:
             self._listeners.append(listener)
 
+    def remove_listener(self, listener: Callable[[TaskStatus], None]) -> None:
+        with self._lock:
+            self._listeners.remove(listener)
+
     def stop(self, timeout: float = 30.0) -> None:
         """Process shutdown: stop every task (nothing unpublished is committed) and wait for them."""
         for task in self.running():

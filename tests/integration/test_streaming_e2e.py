@@ -180,3 +180,36 @@ def test_too_many_parse_exceptions_fail_the_task_with_the_reason(node, http, kaf
     assert status["statusCode"] == "FAILED" and status["dataSource"] == "wiki_bad"
     assert node.metadata.used_segments("wiki_bad") == []  # a failed task commits nothing
     http.post("/druid/indexer/v1/supervisor/wiki_bad/terminate")
+
+
+def test_a_node_restart_mid_ingestion_neither_loses_nor_doubles_rows(spark, kafka_broker, tmp_path):  # noqa: ARG001
+    topic = "wiki-restart"
+    kafka_broker.create_topic(topic, 2)
+    records = generate(40_000, seed=5)
+    end_offsets = produce(kafka_broker.bootstrap_servers, topic, records, 2)
+    spec = supervisor_spec("wiki_restart", topic, kafka_broker.bootstrap_servers, taskCount=1, taskDuration="PT4S")
+    spec["spec"]["tuningConfig"]["maxRowsInMemory"] = 4_000  # many persists per task: a stop lands mid-read
+
+    config = NodeConfig(port=_free_port(), work_dir=tmp_path / "node")
+    first = Node(config)
+    first.start()
+    with httpx.Client(base_url=f"http://127.0.0.1:{config.port}", timeout=60) as client:
+        assert client.post("/druid/indexer/v1/supervisor", json=spec).status_code == 200
+    wait_for(lambda: 0 < sum(committed_offsets(first, "wiki_restart").values()), 120, "a first publish")
+    first.stop()  # tasks stop without publishing: whatever they read since their start is not committed
+    assert committed_offsets(first, "wiki_restart") != end_offsets, "stopped too late to interrupt anything"
+
+    second = Node(NodeConfig(port=_free_port(), work_dir=config.work_dir))
+    second.start()  # the supervisor comes back from the metadata store and resumes at the committed offsets
+    try:
+        wait_for(lambda: committed_offsets(second, "wiki_restart") == end_offsets, 180, "the rest to be committed")
+        with httpx.Client(base_url=f"http://127.0.0.1:{second.config.port}", timeout=60) as client:
+            valid = sum(r.kind == "valid" for r in records)
+            assert sql(client, 'SELECT SUM("count") AS n, COUNT(*) > 0 AS any FROM wiki_restart') == [
+                {"n": valid, "any": True}]
+            stopped = [t for t in client.get("/druid/indexer/v1/tasks", params={"datasource": "wiki_restart"}).json()
+                       if t["status"] == "FAILED"]
+            assert stopped, "the first node's reading task should have ended FAILED, uncommitted"
+    finally:
+        second.supervisors.terminate("wiki_restart")
+        second.stop()

@@ -74,6 +74,7 @@ class StreamSupervisor:
         self._stopping = True
         self._notices.put(_TERMINATE if graceful else _STOP)
         self._thread.join(timeout)
+        self._runner.remove_listener(self._on_task_status)
 
     def request_run(self) -> None:
         if not self._run_queued.is_set():
