@@ -52,7 +52,7 @@ class DimensionSpec(SpecModel):
 
 
 class DimensionsSpec(SpecModel):
-    dimensions: list[DimensionSpec] = Field(default_factory=list)
+    dimensions: list[DimensionSpec] = Field(default_factory=list, validate_default=True)
     dimension_exclusions: list[str] = Field(default_factory=list)
 
     @field_validator("dimensions", mode="before")
@@ -160,9 +160,11 @@ class DataSchema(SpecModel):
         for name in [d.name for d in self.dimensions_spec.dimensions] + [m.name for m in self.metrics_spec]:
             if name == "__time":
                 raise ValueError("__time is the row timestamp; a dimension or metric cannot be named __time")
-            if name in seen:
-                raise ValueError(f"column {name!r} is defined twice across dimensions and metrics")
-            seen.add(name)
+            if name.lower() in seen:
+                # DuckDB, the query engine, resolves identifiers without regard to case
+                raise ValueError(f"column {name!r} is defined twice across dimensions and metrics "
+                                 "(names are compared ignoring case, as the query engine does)")
+            seen.add(name.lower())
         return self
 
     def to_json(self) -> dict:

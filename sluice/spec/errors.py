@@ -40,6 +40,8 @@ def path_in_payload(payload: Any, loc: Sequence[str | int]) -> list[str | int]:
         elif isinstance(node, list) and isinstance(part, int) and part < len(node):
             node = node[part]
             path.append(part)
+        elif isinstance(node, dict) and part == node.get("type"):
+            continue  # the tag of a discriminated union (a filter's "and", "bound"…), not a field
         elif isinstance(node, dict) and isinstance(part, str) and not _is_label(part):
             path.append(to_camel(part))  # a missing field: name it as the user would write it
             node = None

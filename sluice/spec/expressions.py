@@ -19,8 +19,9 @@ _TOKEN = re.compile(
     r"|(?P<op>==|!=|<=|>=|&&|\|\||[-+*/%^<>!(),]))"
 )
 
-#: binary operators by precedence, lowest first; Druid's `^` is the only right-associative one
-_BINARY = [("||",), ("&&",), ("==", "!=", "<", "<=", ">", ">="), ("+", "-"), ("*", "/", "%"), ("^",)]
+#: binary operators by precedence, lowest first; `&&` and `||` share one left-associative level in
+#: Druid's grammar (unlike SQL), and `^` is the only right-associative operator
+_BINARY = [("||", "&&"), ("==", "!=", "<", "<=", ">", ">="), ("+", "-"), ("*", "/", "%"), ("^",)]
 _SPARK_OP = {"||": "OR", "&&": "AND", "==": "=", "!=": "<>", "^": None}
 
 _SAME_NAME = {
@@ -124,13 +125,13 @@ class _Parser:
         if kind == "number":
             return value
         if kind == "string":
-            return string_literal(value[1:-1].replace("\\'", "'"))
+            return string_literal(_unescape(value[1:-1]))
         if kind == "op" and value == "(":
             inner = self.expression()
             self.expect(")")
             return f"({inner})"
         if kind == "quoted":
-            return self.column(value[1:-1])
+            return self.column(_unescape(value[1:-1]))
         if kind == "name":
             if self.peek() == ("op", "("):
                 return self.call(value)
@@ -163,10 +164,13 @@ def _call(name: str, args: list[str]) -> str:
         _arity(name, args, 3)
         source, index, length = args
         return f"substring({source}, ({index}) + 1)" if length in ("-1", "(- 1)") else f"substring({source}, ({index}) + 1, {length})"
-    if name == "strpos":
-        return f"(instr({args[0]}, {args[1]}) - 1)"
+    if name == "strpos":  # Druid: 0-based index (from fromIndex), -1 when absent; Spark's locate is 1-based
+        _arity(name, args, 3 if len(args) == 3 else 2)
+        start = f"({args[2]}) + 1" if len(args) == 3 else "1"
+        return f"(locate({args[1]}, {args[0]}, {start}) - 1)"
     if name == "like":
-        return f"({args[0]} LIKE {args[1]})"
+        _arity(name, args, 3 if len(args) == 3 else 2)
+        return f"({args[0]} LIKE {args[1]}{f' ESCAPE {args[2]}' if len(args) == 3 else ''})"
     if name in ("isnull", "notnull"):
         _arity(name, args, 1)
         return f"({args[0]} IS {'NOT ' if name == 'notnull' else ''}NULL)"
@@ -183,6 +187,15 @@ def _call(name: str, args: list[str]) -> str:
         pairs, default = _pairs(args[1:])
         return f"CASE {args[0]} " + " ".join(f"WHEN {v} THEN {r}" for v, r in pairs) + f" ELSE {default} END"
     raise ValueError(f"function {name}() is not supported in expressions; supported: {', '.join(SUPPORTED_FUNCTIONS)}")
+
+
+_JAVA_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
+
+
+def _unescape(text: str) -> str:
+    """Druid reads literals with Java's escape rules (StringEscapeUtils.unescapeJava)."""
+    return re.sub(r"\\(u[0-9a-fA-F]{4}|.)", lambda m: chr(int(m.group(1)[1:], 16)) if len(m.group(1)) == 5
+                  else _JAVA_ESCAPES.get(m.group(1), m.group(1)), text)
 
 
 def _arity(name: str, args: list[str], count: int) -> None:

@@ -27,13 +27,14 @@ class Granularity:
     months: int | None = None
 
     def bucket_start(self, ts: datetime) -> datetime:
+        ts = ts.astimezone(UTC)
         if self.name == "ALL":
             return ETERNITY_START
         if self.months:
             month_index = (ts.year * 12 + ts.month - 1) // self.months * self.months
             return datetime(month_index // 12, month_index % 12 + 1, 1, tzinfo=UTC)
         if self.name == "WEEK":
-            day = ts.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+            day = ts.replace(hour=0, minute=0, second=0, microsecond=0)
             return day - timedelta(days=day.weekday())
         step = _millis(self.length) if self.length else 1
         return EPOCH + timedelta(milliseconds=_millis(ts - EPOCH) // step * step)

@@ -136,7 +136,8 @@ def parse_supervisor_spec(payload: Any) -> KafkaSupervisorSpec:
         # Druid's serialized form repeats the spec's parts at the top level; as in Druid, `spec` wins
         current, paths = {k: v for k, v in payload.items() if k not in _LEGACY_KEYS}, {}
     elif "dataSchema" in payload:
-        current, paths = _from_legacy(payload), _LEGACY_PATHS
+        has_parser = isinstance(payload["dataSchema"], dict) and "parser" in payload["dataSchema"]
+        current, paths = _from_legacy(payload), _LEGACY_PATHS if has_parser else {"spec.": ""}
     else:
         current, paths = payload, {}
     try:

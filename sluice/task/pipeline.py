@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Mapping
 
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
+from sluice.spec.expressions import quote_identifier
 from sluice.spec.granularity import Granularity
 from sluice.task.ingest_plan import CORRUPT_COLUMN, TIME, IngestPlan
 from sluice.task.stats import RowStats
@@ -76,8 +77,9 @@ class IngestPipeline:
         plan = self.plan
         kept = rows.where("NOT __unparseable AND NOT __thrown").withColumn(TIME, F.expr(plan.query_granularity_sql))
         if plan.rollup:
-            return kept.groupBy(TIME, *plan.dimensions).agg(*(F.expr(a) for a in plan.rollup_aggregations(False)))
-        return kept.select(TIME, *plan.dimensions, *(F.col(f"__in_{m}").alias(m) for m in plan.metrics))
+            return kept.groupBy(*_columns(TIME, *plan.dimensions)).agg(
+                *(F.expr(a) for a in plan.rollup_aggregations(False)))
+        return kept.select(*_columns(TIME, *plan.dimensions), *(_column(f"__in_{m}").alias(m) for m in plan.metrics))
 
     def read_and_persist(self, ranges: Mapping[int, tuple[int, int]], persist_dir: Path) -> PersistResult:
         """One Spark job: the range is read once; the counters are observed while the rollup is written."""
@@ -109,7 +111,8 @@ class IngestPipeline:
         plan = self.plan
         rows = self.spark.read.parquet(*(str(d) for d in persist_dirs))
         if plan.rollup:
-            rows = rows.groupBy(TIME, *plan.dimensions).agg(*(F.expr(a) for a in plan.rollup_aggregations(True)))
+            rows = rows.groupBy(*_columns(TIME, *plan.dimensions)).agg(
+                *(F.expr(a) for a in plan.rollup_aggregations(True)))
         bucket = F.expr(f"unix_millis({segment_granularity.spark_sql(f'`{TIME}`')})")
         (
             rows.withColumn("__bucket", bucket)
@@ -124,3 +127,12 @@ class IngestPipeline:
             SegmentFile(int(path.parent.name.split("=", 1)[1]), path, pq.ParquetFile(path).metadata.num_rows)
             for path in sorted(staging_dir.glob("__bucket=*/*.parquet"))
         ]
+
+
+def _column(name: str) -> Column:
+    """A column by its exact name: Druid names may contain dots, which Spark would read as struct access."""
+    return F.col(quote_identifier(name))
+
+
+def _columns(*names: str) -> list[Column]:
+    return [_column(name) for name in names]

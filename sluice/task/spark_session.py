@@ -22,7 +22,9 @@ def get_or_create(master: str = "local[*]", app_name: str = "sluice") -> SparkSe
     Ingestion semantics depend on three more: non-ANSI casts turn a bad value into NULL (a
     processedWithError row) instead of failing the job; the CORRECTED time parser returns NULL for
     an unparseable timestamp instead of raising; segments store `__time` as Parquet
-    TIMESTAMP_MILLIS (UTC-adjusted, Druid's precision) rather than legacy INT96.
+    TIMESTAMP_MILLIS (UTC-adjusted, Druid's precision) rather than legacy INT96. Column names are
+    case-sensitive, as Druid's are. Adaptive execution is off: ingestion jobs are small and fixed in
+    shape, and with it on an observed rollup over zero surviving rows fails in `Observation.get`.
     """
     os.environ["PYSPARK_PYTHON"] = sys.executable
     session = (
@@ -31,6 +33,8 @@ def get_or_create(master: str = "local[*]", app_name: str = "sluice") -> SparkSe
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.ansi.enabled", "false")
+        .config("spark.sql.caseSensitive", "true")
+        .config("spark.sql.adaptive.enabled", "false")
         .config("spark.sql.legacy.timeParserPolicy", "CORRECTED")
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MILLIS")
         .config("spark.ui.showConsoleProgress", "false")

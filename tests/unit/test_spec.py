@@ -1,0 +1,482 @@
+"""Supervisor spec JSON in -> a validated model, or the field path and message a user can act on."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sluice.spec import SpecError, parse_supervisor_spec
+from sluice.spec.periods import format_period, parse_period
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "wikipedia-kafka-supervisor.json"
+
+#: druid-api.md §2: the minimal valid spec from Druid's supervisor-api.md
+DRUID_MINIMAL = {
+    "type": "kafka",
+    "spec": {
+        "ioConfig": {"type": "kafka", "consumerProperties": {"bootstrap.servers": "localhost:9094"},
+                     "topic": "social_media", "inputFormat": {"type": "json"}, "useEarliestOffset": True},
+        "tuningConfig": {"type": "kafka"},
+        "dataSchema": {
+            "dataSource": "social_media",
+            "timestampSpec": {"column": "__time", "format": "iso"},
+            "dimensionsSpec": {"dimensions": ["username", "post_title", {"type": "long", "name": "views"},
+                                              {"type": "long", "name": "upvotes"},
+                                              {"type": "long", "name": "comments"}, "edited"]},
+            "granularitySpec": {"queryGranularity": "none", "rollup": False, "segmentGranularity": "hour"},
+        },
+    },
+}
+
+WIKIPEDIA_DIMENSIONS = [
+    "channel", "cityName", "comment", "countryIsoCode", "countryName", "isAnonymous", "isMinor", "isNew", "isRobot",
+    "isUnpatrolled", "metroCode", "namespace", "page", "regionIsoCode", "regionName", "user",
+    {"name": "added", "type": "long"}, {"name": "deleted", "type": "long"}, {"name": "delta", "type": "long"},
+]
+
+#: druid-api.md §3: the spec the older "Load data from Apache Kafka" tutorial submits
+DRUID_TUTORIAL = {
+    "type": "kafka",
+    "spec": {
+        "dataSchema": {
+            "dataSource": "wikipedia",
+            "timestampSpec": {"column": "time", "format": "auto"},
+            "dimensionsSpec": {"dimensions": WIKIPEDIA_DIMENSIONS},
+            "metricsSpec": [],
+            "granularitySpec": {"type": "uniform", "segmentGranularity": "DAY", "queryGranularity": "NONE",
+                                "rollup": False},
+        },
+        "tuningConfig": {"type": "kafka", "reportParseExceptions": False},
+        "ioConfig": {"topic": "wikipedia", "inputFormat": {"type": "json"}, "replicas": 2, "taskDuration": "PT10M",
+                     "completionTimeout": "PT20M", "consumerProperties": {"bootstrap.servers": "localhost:9092"}},
+    },
+}
+
+#: druid-api.md §3: the same spec in the legacy parser form of the quickstart file (no `spec` wrapper)
+DRUID_LEGACY = {
+    "type": "kafka",
+    "dataSchema": {
+        "dataSource": "wikipedia",
+        "parser": {
+            "type": "string",
+            "parseSpec": {
+                "format": "json",
+                "timestampSpec": {"column": "time", "format": "auto"},
+                "dimensionsSpec": {"dimensions": WIKIPEDIA_DIMENSIONS},
+            },
+        },
+        "metricsSpec": [],
+        "granularitySpec": {"type": "uniform", "segmentGranularity": "DAY", "queryGranularity": "NONE",
+                            "rollup": False},
+    },
+    "tuningConfig": {"type": "kafka", "reportParseExceptions": False},
+    "ioConfig": {"topic": "wikipedia", "replicas": 2, "taskDuration": "PT10M", "completionTimeout": "PT20M",
+                 "consumerProperties": {"bootstrap.servers": "localhost:9092"}},
+}
+
+#: the smallest spec Sluice runs; invalid cases below are this plus one change
+MINIMAL = {
+    "type": "kafka",
+    "spec": {
+        "dataSchema": {"dataSource": "events", "dimensionsSpec": {"dimensions": ["page"]}},
+        "ioConfig": {"topic": "events", "inputFormat": {"type": "json"},
+                     "consumerProperties": {"bootstrap.servers": "localhost:9092"}},
+    },
+}
+
+
+def example() -> dict:
+    return json.loads(EXAMPLE.read_text())
+
+
+def changed(base: dict, path: str, value: Any) -> dict:
+    """A deep copy of `base` with the dotted `path` set to `value` (or removed, for `DELETE`)."""
+    payload = copy.deepcopy(base)
+    *parents, last = path.split(".")
+    node = payload
+    for key in parents:
+        node = node.setdefault(key, {})
+    if value is DELETE:
+        del node[last]
+    else:
+        node[last] = value
+    return payload
+
+
+DELETE = object()
+
+
+def spec_error(payload: Any) -> SpecError:
+    with pytest.raises(SpecError) as raised:
+        parse_supervisor_spec(payload)
+    return raised.value
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# accepted specs
+
+
+@pytest.mark.parametrize("payload, data_source, topic, dimensions", [
+    pytest.param(example(), "wikipedia", "wikipedia", 11, id="examples/wikipedia-kafka-supervisor.json"),
+    pytest.param(DRUID_MINIMAL, "social_media", "social_media", 6, id="druid-minimal"),
+    pytest.param(DRUID_TUTORIAL, "wikipedia", "wikipedia", 19, id="druid-tutorial"),
+    pytest.param(DRUID_LEGACY, "wikipedia", "wikipedia", 19, id="druid-legacy-parser"),
+    pytest.param(MINIMAL, "events", "events", 1, id="sluice-minimal"),
+])
+def test_druid_specs_are_accepted(payload, data_source, topic, dimensions):
+    spec = parse_supervisor_spec(copy.deepcopy(payload))
+    assert spec.id == data_source
+    assert spec.spec.data_schema.data_source == data_source
+    assert spec.spec.io_config.topic == topic
+    assert len(spec.spec.data_schema.dimensions_spec.dimensions) == dimensions
+
+
+def test_the_example_spec_is_read_as_written():
+    spec = parse_supervisor_spec(example())
+    schema, io, tuning = spec.spec.data_schema, spec.spec.io_config, spec.spec.tuning_config
+    assert (schema.timestamp_spec.column, schema.timestamp_spec.format) == ("time", "iso")
+    assert [(m.type, m.name, m.field_name) for m in schema.metrics_spec] == [
+        ("count", "count", None), ("longSum", "added", "added"), ("longSum", "deleted", "deleted"),
+        ("longSum", "delta", "delta"), ("longMax", "maxDelta", "delta"),
+    ]
+    assert (schema.granularity_spec.segment_granularity.name, schema.granularity_spec.query_granularity.name) == (
+        "HOUR", "MINUTE")
+    assert (io.task_count, io.task_duration, io.start_delay, io.period) == (
+        2, timedelta(seconds=30), timedelta(seconds=1), timedelta(seconds=2))
+    assert io.use_earliest_offset is True
+    assert (tuning.max_parse_exceptions, tuning.log_parse_exceptions) == (10000, True)
+
+
+def test_druid_minimal_spec_dimension_types_and_granularity():
+    schema = parse_supervisor_spec(DRUID_MINIMAL).spec.data_schema
+    assert [(d.name, d.type) for d in schema.dimensions_spec.dimensions] == [
+        ("username", "string"), ("post_title", "string"), ("views", "long"), ("upvotes", "long"),
+        ("comments", "long"), ("edited", "string"),
+    ]
+    assert schema.granularity_spec.segment_granularity.name == "HOUR"
+    assert schema.granularity_spec.query_granularity.name == "NONE"
+    assert schema.granularity_spec.rollup is False
+
+
+def test_legacy_parser_form_is_normalised_to_the_current_form():
+    legacy = parse_supervisor_spec(copy.deepcopy(DRUID_LEGACY))
+    current = parse_supervisor_spec(copy.deepcopy(DRUID_TUTORIAL))
+    assert legacy == current
+    schema = legacy.spec.data_schema
+    assert (schema.timestamp_spec.column, schema.timestamp_spec.format) == ("time", "auto")
+    assert schema.dimensions_spec.dimensions[-1].name == "delta"
+    assert legacy.spec.io_config.input_format.type == "json"  # the parser's format becomes ioConfig.inputFormat
+    assert legacy.spec.io_config.replicas == 2
+    assert legacy.spec.io_config.completion_timeout == timedelta(minutes=20)
+
+
+def test_legacy_parse_spec_without_format_means_json():
+    payload = changed(DRUID_LEGACY, "dataSchema.parser.parseSpec.format", DELETE)
+    assert parse_supervisor_spec(payload).spec.io_config.input_format.type == "json"
+
+
+def test_legacy_form_keeps_top_level_suspended():
+    payload = {**copy.deepcopy(DRUID_LEGACY), "suspended": True}
+    assert parse_supervisor_spec(payload).suspended is True
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# defaults (druid-api.md §2.1–2.3)
+
+
+@pytest.mark.parametrize("field, expected", [
+    (lambda s: s.spec.io_config.task_count, 1),
+    (lambda s: s.spec.io_config.replicas, 1),
+    (lambda s: s.spec.io_config.task_duration, timedelta(hours=1)),
+    (lambda s: s.spec.io_config.period, timedelta(seconds=30)),
+    (lambda s: s.spec.io_config.start_delay, timedelta(seconds=5)),
+    (lambda s: s.spec.io_config.completion_timeout, timedelta(minutes=30)),
+    (lambda s: s.spec.io_config.use_earliest_offset, False),
+    (lambda s: s.spec.io_config.poll_timeout, 100),
+    (lambda s: s.spec.tuning_config.max_rows_in_memory, 150_000),
+    (lambda s: s.spec.tuning_config.max_rows_per_segment, 5_000_000),
+    (lambda s: s.spec.tuning_config.intermediate_persist_period, timedelta(minutes=10)),
+    (lambda s: s.spec.tuning_config.max_parse_exceptions, 2_147_483_647),
+    (lambda s: s.spec.data_schema.granularity_spec.rollup, True),
+    (lambda s: s.spec.data_schema.granularity_spec.segment_granularity.name, "DAY"),
+    (lambda s: s.spec.data_schema.granularity_spec.query_granularity.name, "NONE"),
+    (lambda s: s.spec.data_schema.timestamp_spec.column, "timestamp"),
+    (lambda s: s.spec.data_schema.timestamp_spec.format, "auto"),
+    (lambda s: s.spec.data_schema.timestamp_spec.missing_value, None),
+    (lambda s: s.spec.data_schema.dimensions_spec.dimensions[0].type, "string"),
+    (lambda s: s.spec.data_schema.metrics_spec, []),
+    (lambda s: s.spec.data_schema.transform_spec.filter, None),
+    (lambda s: s.suspended, False),
+], ids=[
+    "taskCount", "replicas", "taskDuration", "period", "startDelay", "completionTimeout", "useEarliestOffset",
+    "pollTimeout", "maxRowsInMemory", "maxRowsPerSegment", "intermediatePersistPeriod", "maxParseExceptions",
+    "rollup", "segmentGranularity", "queryGranularity", "timestampColumn", "timestampFormat", "missingValue",
+    "dimensionType", "metricsSpec", "filter", "suspended",
+])
+def test_defaults(field: Callable, expected):
+    assert field(parse_supervisor_spec(copy.deepcopy(MINIMAL))) == expected
+
+
+def test_report_parse_exceptions_means_no_parse_exception_is_allowed():
+    spec = parse_supervisor_spec(changed(MINIMAL, "spec.tuningConfig", {"type": "kafka", "reportParseExceptions": True,
+                                                                         "maxParseExceptions": 50}))
+    assert spec.spec.tuning_config.effective_max_parse_exceptions() == 0
+
+
+def test_partitions_spec_max_rows_per_segment_wins():
+    spec = parse_supervisor_spec(changed(MINIMAL, "spec.tuningConfig", {
+        "type": "kafka", "maxRowsPerSegment": 10, "partitionsSpec": {"type": "dynamic", "maxRowsPerSegment": 7}}))
+    assert spec.spec.tuning_config.effective_max_rows_per_segment() == 7
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("PT1H", timedelta(hours=1)),
+    ("PT3600S", timedelta(hours=1)),
+    ("PT10M", timedelta(minutes=10)),
+    ("PT1H30M15S", timedelta(hours=1, minutes=30, seconds=15)),
+    ("PT0.5S", timedelta(milliseconds=500)),
+    ("P1D", timedelta(days=1)),
+    ("P1W", timedelta(weeks=1)),
+    ("P1DT12H", timedelta(days=1, hours=12)),
+    ("pt2m", timedelta(minutes=2)),
+])
+def test_period_text(text, expected):
+    assert parse_period(text) == expected
+
+
+@pytest.mark.parametrize("text", ["P", "PT", "1H", "PT1X", "P1M", "P1Y", "30 seconds", "", "PT-5S"])
+def test_periods_without_a_fixed_length_or_not_iso_are_rejected(text):
+    with pytest.raises(ValueError, match="expected an ISO-8601 period"):
+        parse_period(text)
+
+
+@pytest.mark.parametrize("value, text", [
+    (timedelta(hours=1), "PT3600S"), (timedelta(minutes=30), "PT1800S"), (timedelta(milliseconds=1500), "PT1.5S"),
+])
+def test_periods_are_written_in_whole_seconds_as_druid_serializes_them(value, text):
+    assert format_period(value) == text
+
+
+@given(hours=st.integers(0, 1000), minutes=st.integers(0, 59), seconds=st.integers(0, 59))
+def test_format_then_parse_period_is_identity(hours, minutes, seconds):
+    value = timedelta(hours=hours, minutes=minutes, seconds=seconds)
+    assert parse_period(format_period(value)) == value
+
+
+@given(hours=st.none() | st.integers(0, 1000), minutes=st.none() | st.integers(0, 10_000),
+       seconds=st.none() | st.integers(0, 100_000))
+def test_iso_period_text_means_its_parts_and_survives_a_round_trip(hours, minutes, seconds):
+    parts = [(hours, "H"), (minutes, "M"), (seconds, "S")]
+    if all(n is None for n, _ in parts):
+        hours = 0
+        parts[0] = (0, "H")
+    text = "PT" + "".join(f"{n}{unit}" for n, unit in parts if n is not None)
+    value = parse_period(text)
+    assert value == timedelta(hours=hours or 0, minutes=minutes or 0, seconds=seconds or 0)
+    assert parse_period(format_period(value)) == value
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# invalid specs: the field path, then what is wrong
+
+DOES_NOT_SUPPORT = "Sluice does not support this field"
+
+INVALID = [
+    ("spec.dataSchema.dataSource", DELETE,
+     "spec.dataSchema.dataSource", "Field required"),
+    ("spec.dataSchema.dataSource", "",
+     "spec.dataSchema.dataSource", "at least 1 character"),
+    ("spec.ioConfig.topic", DELETE,
+     "spec.ioConfig.topic", "Field required"),
+    ("spec.ioConfig.consumerProperties", {"group.id": "g"},
+     "spec.ioConfig.consumerProperties", "consumerProperties must contain entry for [bootstrap.servers]"),
+    ("spec.ioConfig.inputFormat", DELETE,
+     "spec.ioConfig.inputFormat", "Field required"),
+    ("spec.ioConfig.inputFormat", {"type": "csv"},
+     "spec.ioConfig.inputFormat.type", "'json'"),
+    ("spec.dataSchema.metricsSpec", [{"type": "longSum", "name": "added"}],
+     "spec.dataSchema.metricsSpec[0].fieldName", "longSum needs fieldName"),
+    ("spec.dataSchema.metricsSpec", [{"type": "count", "name": "count"}, {"type": "doubleMax", "name": "m"}],
+     "spec.dataSchema.metricsSpec[1].fieldName", "doubleMax needs fieldName"),
+    ("spec.dataSchema.metricsSpec", [{"type": "thetaSketch", "name": "users", "fieldName": "user"}],
+     "spec.dataSchema.metricsSpec[0].type", "'longSum'"),
+    ("spec.ioConfig.period", "30 seconds",
+     "spec.ioConfig.period", "expected an ISO-8601 period such as PT1H or PT10M, got '30 seconds'"),
+    ("spec.ioConfig.taskDuration", "P1M",
+     "spec.ioConfig.taskDuration", "expected an ISO-8601 period"),
+    ("spec.ioConfig.taskDuration", "PT0S",
+     "spec.ioConfig.taskDuration", "must be a positive period"),
+    ("spec.tuningConfig", {"type": "kafka", "intermediatePersistPeriod": "ten minutes"},
+     "spec.tuningConfig.intermediatePersistPeriod", "expected an ISO-8601 period"),
+    ("spec.ioConfig.taskCount", 0,
+     "spec.ioConfig.taskCount", "greater than or equal to 1"),
+    ("spec.dataSchema.granularitySpec", {"segmentGranularity": "fortnight"},
+     "spec.dataSchema.granularitySpec.segmentGranularity", "unknown granularity 'fortnight'"),
+    ("spec.dataSchema.granularitySpec", {"queryGranularity": {"type": "period", "period": "PT3H"}},
+     "spec.dataSchema.granularitySpec.queryGranularity", "PT3H does not match a simple granularity"),
+    ("spec.dataSchema.granularitySpec", {"segmentGranularity": "NONE"},
+     "spec.dataSchema.granularitySpec.segmentGranularity", "segmentGranularity NONE would make a segment per"),
+    ("spec.dataSchema.granularitySpec", {"intervals": ["2024-01-01/2024-01-02"]},
+     "spec.dataSchema.granularitySpec.intervals", "intervals are not used by streaming ingestion"),
+    ("spec.dataSchema.timestampSpec", {"column": "ts", "format": "rfc1123"},
+     "spec.dataSchema.timestampSpec.format", "unknown timestamp format 'rfc1123'"),
+    ("spec.dataSchema.timestampSpec", {"column": "ts", "missingValue": "not a date"},
+     "spec.dataSchema.timestampSpec.missingValue", "valid datetime"),
+    ("spec.tuningConfig", {"type": "kafka", "indexSpec": {"bitmap": {"type": "roaring"}}},
+     "spec.tuningConfig.indexSpec", DOES_NOT_SUPPORT),
+    ("spec.ioConfig.autoScalerConfig", {"enableTaskAutoScaler": True, "taskCountMax": 4, "taskCountMin": 1},
+     "spec.ioConfig.autoScalerConfig", DOES_NOT_SUPPORT),
+    ("spec.dataSchema.flattenSpec", {"useFieldDiscovery": True},
+     "spec.dataSchema.flattenSpec", DOES_NOT_SUPPORT),
+    ("spec.ioConfig.inputFormat", {"type": "json", "flattenSpec": {"fields": []}},
+     "spec.ioConfig.inputFormat.flattenSpec", DOES_NOT_SUPPORT),
+    ("spec.ioConfig.topicPattern", "metrics-.*",
+     "spec.ioConfig.topicPattern", DOES_NOT_SUPPORT),
+    ("spec.dataSchema.dimensionsSpec", {"dimensions": ["page"], "spatialDimensions": []},
+     "spec.dataSchema.dimensionsSpec.spatialDimensions", DOES_NOT_SUPPORT),
+    ("spec.dataSchema.dimensionsSpec", {"dimensions": [{"name": "tags", "multiValueHandling": "ARRAY"}]},
+     "spec.dataSchema.dimensionsSpec.dimensions[0].multiValueHandling", DOES_NOT_SUPPORT),
+    ("spec.dataSchema.dimensionsSpec", {"dimensions": []},
+     "spec.dataSchema.dimensionsSpec.dimensions", "schemaless ingestion (an empty dimensions list) is not supported"),
+    ("spec.dataSchema.dimensionsSpec", {"dimensions": [{"name": "payload", "type": "json"}]},
+     "spec.dataSchema.dimensionsSpec.dimensions[0].type", "'long'"),
+    ("spec.dataSchema.dimensionsSpec", {"dimensions": ["page", "user", "page"]},
+     "spec.dataSchema", "column 'page' is defined twice across dimensions and metrics"),
+    ("spec.dataSchema.metricsSpec", [{"type": "count", "name": "page"}],
+     "spec.dataSchema", "column 'page' is defined twice across dimensions and metrics"),
+    ("spec.dataSchema.dimensionsSpec", {"dimensions": ["__time"]},
+     "spec.dataSchema", "a dimension or metric cannot be named __time"),
+    ("spec.dataSchema.transformSpec", {"filter": {"type": "regex", "dimension": "page", "pattern": "^A"}},
+     "spec.dataSchema.transformSpec.filter", "'regex'"),
+    ("spec.dataSchema.transformSpec",
+     {"transforms": [{"type": "expression", "name": "hour", "expression": "timestamp_floor(__time, 'PT1H')"}]},
+     "spec.dataSchema.transformSpec.transforms[0].expression", "function timestamp_floor() is not supported"),
+    ("spec.dataSchema.transformSpec",
+     {"transforms": [{"type": "expression", "name": "x", "expression": "page +"}]},
+     "spec.dataSchema.transformSpec.transforms[0].expression", "ends unexpectedly"),
+    ("type", "kinesis",
+     "type", "supervisor type 'kinesis' is not supported"),
+]
+
+
+@pytest.mark.parametrize("field, value, path, message", INVALID,
+                         ids=[f"{f}={'<deleted>' if v is DELETE else json.dumps(v)}"[:80] for f, v, _, _ in INVALID])
+def test_invalid_spec_names_the_field(field, value, path, message):
+    error = spec_error(changed(MINIMAL, field, value))
+    assert error.path == path
+    assert message in error.message
+    assert str(error) == f"{error.path}: {error.message}"
+
+
+def test_a_spec_that_is_not_an_object_is_rejected():
+    assert str(spec_error([MINIMAL])) == "a supervisor spec must be a JSON object"
+
+
+LEGACY_INVALID = [
+    ("dataSchema.parser.parseSpec.format", "csv",
+     "dataSchema.parser.parseSpec.format", "format 'csv' is not supported yet; use 'json'"),
+    ("dataSchema.parser.type", "avro_stream",
+     "dataSchema.parser.type", "parser type 'avro_stream' is not supported"),
+    ("dataSchema.parser.parseSpec", "json",
+     "dataSchema.parser.parseSpec", "the legacy parser needs a parseSpec object"),
+    ("dataSchema.parser.parseSpec.timestampSpec", {"column": "time", "format": "bogus"},
+     "dataSchema.parser.parseSpec.timestampSpec.format", "unknown timestamp format"),
+    ("dataSchema.parser.parseSpec.dimensionsSpec", {"dimensions": []},
+     "dataSchema.parser.parseSpec.dimensionsSpec.dimensions", "schemaless ingestion"),
+    ("dataSchema.parser.parseSpec.flattenSpec", {"fields": []},
+     "dataSchema.parser.parseSpec.flattenSpec", DOES_NOT_SUPPORT),
+    ("dataSchema.metricsSpec", [{"type": "longSum", "name": "added"}],
+     "dataSchema.metricsSpec[0].fieldName", "longSum needs fieldName"),
+    ("ioConfig.topic", DELETE,
+     "ioConfig.topic", "Field required"),
+    ("tuningConfig.indexSpec", {},
+     "tuningConfig.indexSpec", DOES_NOT_SUPPORT),
+]
+
+
+@pytest.mark.parametrize("field, value, path, message", LEGACY_INVALID, ids=[f for f, _, _, _ in LEGACY_INVALID])
+def test_invalid_legacy_spec_names_the_field_as_the_user_wrote_it(field, value, path, message):
+    error = spec_error(changed(DRUID_LEGACY, field, value))
+    assert error.path == path
+    assert message in error.message
+
+
+@pytest.mark.parametrize("field, value, path", [
+    ("dataSchema.timestampSpec.format", "rfc1123", "dataSchema.timestampSpec.format"),
+    ("ioConfig.inputFormat.type", "csv", "ioConfig.inputFormat.type"),
+])
+def test_wrapperless_current_form_errors_name_the_field_as_written(field, value, path):
+    wrapperless = {"type": "kafka", **copy.deepcopy(MINIMAL["spec"])}
+    wrapperless["dataSchema"]["timestampSpec"] = {"column": "ts"}
+    assert spec_error(changed(wrapperless, field, value)).path == path
+
+
+def test_omitted_dimensions_are_schemaless_too():
+    error = spec_error(changed(MINIMAL, "spec.dataSchema.dimensionsSpec", {}))
+    assert error.path == "spec.dataSchema.dimensionsSpec.dimensions"
+    assert "schemaless" in error.message
+
+
+@pytest.mark.parametrize("filter_, path", [
+    ({"type": "and", "fields": [{"type": "selector", "dimension": "page", "value": "A"},
+                                {"type": "like", "dimension": "page", "pattern": "A%"}]},
+     "spec.dataSchema.transformSpec.filter.fields[1]"),
+    ({"type": "bound", "dimension": "n"}, "spec.dataSchema.transformSpec.filter"),
+])
+def test_nested_filter_errors_name_the_nested_filter(filter_, path):
+    error = spec_error(changed(MINIMAL, "spec.dataSchema.transformSpec", {"filter": filter_}))
+    assert error.path.removesuffix(".type") == path
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# serialized form
+
+
+ROUND_TRIP = [
+    pytest.param(example(), id="example"),
+    pytest.param(DRUID_MINIMAL, id="druid-minimal"),
+    pytest.param(DRUID_TUTORIAL, id="druid-tutorial"),
+    pytest.param(DRUID_LEGACY, id="druid-legacy-parser"),
+    pytest.param(changed(MINIMAL, "spec.dataSchema", {
+        "dataSource": "events",
+        "timestampSpec": {"column": "ts", "format": "yyyy-MM-dd HH:mm:ss", "missingValue": "2024-01-01T00:00:00Z"},
+        "dimensionsSpec": {"dimensions": ["page", {"name": "n", "type": "double"}]},
+        "metricsSpec": [{"type": "count", "name": "count"}, {"type": "floatMin", "name": "low", "fieldName": "f"}],
+        "granularitySpec": {"segmentGranularity": {"type": "period", "period": "P1M"},
+                            "queryGranularity": "fifteen_minute"},
+        "transformSpec": {"transforms": [{"type": "expression", "name": "up", "expression": "upper(page)"}],
+                          "filter": {"type": "not", "field": {"type": "in", "dimension": "up", "values": ["X", None]}}},
+    }), id="every-section"),
+]
+
+
+@pytest.mark.parametrize("payload", ROUND_TRIP)
+def test_to_json_round_trips_through_parse(payload):
+    """Druid's GET form (nested `spec` plus top-level copies of its parts) can be posted back as it is."""
+    spec = parse_supervisor_spec(copy.deepcopy(payload))
+    assert parse_supervisor_spec(spec.to_json()) == spec
+    assert parse_supervisor_spec(json.loads(json.dumps(spec.to_json()))) == spec
+
+
+def test_in_the_serialized_form_the_nested_spec_wins_over_the_top_level_copies():
+    payload = {**copy.deepcopy(MINIMAL), "dataSchema": {"dataSource": "stale"}, "ioConfig": {}, "tuningConfig": {}}
+    assert parse_supervisor_spec(payload).id == "events"
+
+
+def test_serialized_form_has_druid_shape():
+    serialized = parse_supervisor_spec(copy.deepcopy(MINIMAL)).to_json()
+    assert serialized["dataSchema"] == serialized["spec"]["dataSchema"]
+    assert serialized["ioConfig"]["taskDuration"] == "PT3600S"
+    assert serialized["ioConfig"]["completionTimeout"] == "PT1800S"
+    assert serialized["dataSchema"]["granularitySpec"] == {
+        "type": "uniform", "segmentGranularity": "DAY", "queryGranularity": "NONE", "rollup": True, "intervals": None}
+    assert serialized["dataSchema"]["dimensionsSpec"]["dimensions"] == [
+        {"name": "page", "type": "string", "createBitmapIndex": True}]
+    assert (serialized["context"], serialized["suspended"]) == (None, False)
