@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from sluice.spec.granularity import ETERNITY_END, ETERNITY_START
+
 #: Druid's on-disk format version of a segment; Sluice writes it for compatibility only.
 BINARY_VERSION = 9
 
@@ -87,10 +89,7 @@ class Interval:
 
 
 #: Every instant Sluice can represent; the range of a lookup that should see everything.
-ETERNITY = Interval(
-    datetime.min.replace(tzinfo=timezone.utc),
-    datetime.max.replace(microsecond=999000, tzinfo=timezone.utc),
-)
+ETERNITY = Interval(ETERNITY_START, ETERNITY_END)
 
 
 @dataclass(frozen=True, order=True)

@@ -87,26 +87,24 @@ class BoundFilter(SpecModel):
         return "(" + " AND ".join(terms) + ")"
 
 
-class AndFilter(SpecModel):
+class _Junction(SpecModel):
+    """and / or: the filter's type is also its SQL operator."""
+
+    fields: list["DimFilter"] = Field(min_length=1)
+
+    def columns(self) -> set[str]:
+        return set().union(*(f.columns() for f in self.fields))
+
+    def to_spark_sql(self) -> str:
+        return "(" + f" {self.type.upper()} ".join(f.to_spark_sql() for f in self.fields) + ")"
+
+
+class AndFilter(_Junction):
     type: Literal["and"]
-    fields: list["DimFilter"] = Field(min_length=1)
-
-    def columns(self) -> set[str]:
-        return set().union(*(f.columns() for f in self.fields))
-
-    def to_spark_sql(self) -> str:
-        return "(" + " AND ".join(f.to_spark_sql() for f in self.fields) + ")"
 
 
-class OrFilter(SpecModel):
+class OrFilter(_Junction):
     type: Literal["or"]
-    fields: list["DimFilter"] = Field(min_length=1)
-
-    def columns(self) -> set[str]:
-        return set().union(*(f.columns() for f in self.fields))
-
-    def to_spark_sql(self) -> str:
-        return "(" + " OR ".join(f.to_spark_sql() for f in self.fields) + ")"
 
 
 class NotFilter(SpecModel):

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from sluice.metadata.store import MetadataStore, StreamOffsets
 from sluice.segment.deep_storage import DeepStorage
-from sluice.segment.segment import DataSegment, Interval
+from sluice.segment.segment import DataSegment, Interval, format_timestamp
 from sluice.spec.supervisor import IngestionSpec, KafkaIOConfig
 from sluice.stream.kafka import KafkaStream
 from sluice.task.ingest_plan import compile_plan
@@ -83,7 +83,7 @@ class KafkaIndexTaskSpec:
             "dataSource": self.data_source,
             "taskGroupId": self.task_group_id,
             "baseSequenceName": self.base_sequence_name,
-            "createdTime": _iso(self.created),
+            "createdTime": format_timestamp(self.created),
             "dataSchema": self.ingestion.data_schema.to_json(),
             "ioConfig": {
                 **self.ingestion.io_config.to_json(),
@@ -323,7 +323,7 @@ class KafkaIndexTask:
         bucket = datetime.fromtimestamp(file.bucket_start_millis / 1000, UTC)
         interval = Interval(bucket, granularity.bucket_end(bucket))
         segment_id = self.toolbox.metadata.allocate_segment(
-            schema.data_source, interval, self.spec.sequence_name, previous, _iso(self.spec.created))
+            schema.data_source, interval, self.spec.sequence_name, previous, format_timestamp(self.spec.created))
         # replicas push the same segment id; unique paths keep a losing replica from touching the winner's file
         load_spec = self.toolbox.deep_storage.push(file.path, segment_id, unique_path=True)
         return DataSegment(
@@ -376,9 +376,6 @@ def _earlier_generation_pending(stored: StreamOffsets | None, start: StreamOffse
     common = [p for p in start.offsets if p in stored.offsets]
     return bool(common) and all(stored.offsets[p] <= start.offsets[p] for p in common)
 
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 __all__ = ["KafkaIndexTask", "KafkaIndexTaskSpec", "TaskFailure", "TaskState", "TaskStatus", "TaskToolbox",

@@ -21,6 +21,7 @@ from sluice.overlord.supervisor.plan import (
     EndGroup, KillTask, Observation, PlanConfig, RecordStartingOffsets, StartTask, SupervisorState, end_group, plan,
 )
 from sluice.overlord.task_runner import TaskRunner
+from sluice.segment.segment import format_timestamp
 from sluice.spec.supervisor import KafkaIOConfig, KafkaSupervisorSpec
 from sluice.stream.kafka import KafkaStream, StreamError
 from sluice.task.kafka_index_task import KafkaIndexTaskSpec, TaskStatus, new_task_id
@@ -200,7 +201,7 @@ class StreamSupervisor:
 
     def _record_error(self, kind: str, message: str, stream: bool = False) -> None:
         log.warning("supervisor %s: %s", self.spec.id, message)
-        self.recent_errors.append({"timestamp": _iso(self._clock()), "exceptionClass": kind,
+        self.recent_errors.append({"timestamp": format_timestamp(self._clock()), "exceptionClass": kind,
                                    "message": message, "streamException": stream})
 
     # ---- reporting ----
@@ -244,14 +245,14 @@ class StreamSupervisor:
             "latestOffsets": _str_keys(self._latest_offsets),
             "minimumLag": lag,
             "aggregateLag": max(0, sum(lag.values())),
-            "offsetsLastUpdated": _iso(self._offsets_updated) if self._offsets_updated else None,
+            "offsetsLastUpdated": format_timestamp(self._offsets_updated) if self._offsets_updated else None,
             "suspended": False,
             "healthy": not state.startswith("UNHEALTHY"),
             "state": state,
             "detailedState": detailed,
             "recentErrors": list(self.recent_errors),
         }
-        return {"id": self.spec.id, "generationTime": _iso(now), "payload": payload}
+        return {"id": self.spec.id, "generationTime": format_timestamp(now), "payload": payload}
 
     def _task_report(self, task_id: str, group: Any, kind: str, now: datetime) -> dict[str, Any]:
         client = self._runner.client(task_id)
@@ -260,7 +261,7 @@ class StreamSupervisor:
         return {
             "id": task_id,
             "startingOffsets": _str_keys(group.starting_offsets),
-            "startTime": _iso(group.created),
+            "startTime": format_timestamp(group.created),
             "remainingSeconds": max(0, int(remaining)),
             "type": kind,
             "currentOffsets": _str_keys(current) if current is not None else None,
@@ -271,7 +272,3 @@ class StreamSupervisor:
 
 def _str_keys(offsets: dict[int, int]) -> dict[str, int]:
     return {str(p): o for p, o in sorted(offsets.items())}
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
