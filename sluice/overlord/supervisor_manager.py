@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+from typing import Any, Callable
 
 from sluice.metadata.store import MetadataStore
+from sluice.overlord.supervisor.plan import SupervisorState
 from sluice.overlord.supervisor.stream_supervisor import StreamSupervisor
 from sluice.overlord.task_runner import TaskRunner
 from sluice.spec.supervisor import KafkaIOConfig, KafkaSupervisorSpec, parse_supervisor_spec
 from sluice.stream.kafka import KafkaStream
 
 log = logging.getLogger(__name__)
+
+
+class SupervisorConflict(ValueError):
+    """An operation that does not apply in the supervisor's current state (HTTP 400)."""
+
 
 class SupervisorManager:
     def __init__(self, metadata: MetadataStore, runner: TaskRunner,
@@ -37,21 +43,42 @@ class SupervisorManager:
         for supervisor in supervisors:
             supervisor.stop(graceful=False)
 
-    def create_or_update(self, spec: KafkaSupervisorSpec) -> None:
-        """An update stops the old supervisor gracefully (its tasks publish) and starts the new spec,
-        which continues from the offsets those tasks end at (they are the stored offsets it waits for)."""
+    def create_or_update(self, spec: KafkaSupervisorSpec, skip_restart_if_unmodified: bool = False) -> None:
+        """An update stops the old supervisor gracefully (its reading tasks end and publish); the new one
+        takes over those publishing groups and starts reading exactly where they end."""
         with self._lock:
-            old = self._supervisors.pop(spec.id, None)
-        if old is not None:
-            old.stop(graceful=True)
+            old = self._supervisors.get(spec.id)
+            if old is not None and skip_restart_if_unmodified and old.spec == spec:
+                return
+            self._supervisors.pop(spec.id, None)
+        state = old.stop(graceful=True) if old is not None else None
+        if state is not None and old.spec.spec.io_config.topic != spec.spec.io_config.topic:
+            state = None  # offsets of another stream mean nothing here
         self._metadata.insert_supervisor(spec.id, spec.to_json())
-        self._start(spec)
+        self._start(spec, state)
 
-    def _start(self, spec: KafkaSupervisorSpec) -> None:
-        supervisor = StreamSupervisor(spec, self._runner, self._metadata, self._stream_factory)
+    def _start(self, spec: KafkaSupervisorSpec, state: SupervisorState | None = None) -> None:
+        supervisor = StreamSupervisor(spec, self._runner, self._metadata, self._stream_factory, state=state)
         with self._lock:
             self._supervisors[spec.id] = supervisor
         supervisor.start()
+
+    def set_suspended(self, spec_id: str, suspended: bool) -> dict[str, Any] | None:
+        """Druid's suspend/resume: the spec is re-submitted with `suspended` flipped. None if unknown."""
+        supervisor = self.get(spec_id)
+        if supervisor is None:
+            return None
+        if supervisor.spec.suspended == suspended:
+            raise SupervisorConflict(f"[{spec_id}] is already {'suspended' if suspended else 'running'}")
+        spec = supervisor.spec.model_copy(update={"suspended": suspended})
+        self.create_or_update(spec)
+        return spec.to_json()
+
+    def set_all_suspended(self, suspended: bool) -> None:
+        for spec_id in self.ids():
+            supervisor = self.get(spec_id)
+            if supervisor is not None and supervisor.spec.suspended != suspended:
+                self.set_suspended(spec_id, suspended)
 
     def terminate(self, spec_id: str) -> bool:
         with self._lock:
@@ -61,6 +88,13 @@ class SupervisorManager:
         supervisor.stop(graceful=True)
         self._metadata.terminate_supervisor(spec_id, [spec_id])
         return True
+
+    def terminate_all(self) -> None:
+        for spec_id in self.ids():
+            self.terminate(spec_id)
+
+    def history(self, spec_id: str | None = None) -> dict[str, list[dict[str, Any]]]:
+        return self._metadata.supervisor_history(spec_id)
 
     def ids(self) -> list[str]:
         with self._lock:

@@ -2,48 +2,157 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
 
-from sluice.overlord.supervisor_manager import SupervisorManager
+from sluice.overlord.supervisor.stream_supervisor import StreamSupervisor
+from sluice.overlord.supervisor_manager import SupervisorConflict, SupervisorManager
 from sluice.server.json_body import read_json
 from sluice.spec import SpecError, parse_supervisor_spec
+
+
+def _error(message: str, status: int) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def _missing(spec_id: str) -> JSONResponse:
+    return _error(f"[{spec_id}] does not exist", 404)
+
+
+def _summary(supervisor: StreamSupervisor, **extra: Any) -> dict[str, Any]:
+    state, detailed = supervisor.health()
+    return {"id": supervisor.spec.id, "state": state, "detailedState": detailed, "healthy": supervisor.healthy,
+            **extra, "suspended": supervisor.spec.suspended}
+
+
+def _reset_partitions(body: Any, topic: str) -> dict[int, int]:
+    """Druid's resetOffsets body: {"type":"kafka","partitions":{"type":"end","stream":..,"partitionOffsetMap":{..}}}."""
+    partitions = body.get("partitions") if isinstance(body, dict) else None
+    offsets = (partitions or {}).get("partitionOffsetMap", (partitions or {}).get("partitionSequenceNumberMap"))
+    if not isinstance(offsets, dict) or not offsets:
+        raise SpecError("partitions.partitionOffsetMap", "expected a non-empty map of partition to offset")
+    stream = partitions.get("stream", partitions.get("topic", topic))
+    if stream != topic:
+        raise SpecError("partitions.stream", f"the supervisor reads stream [{topic}], not [{stream}]")
+    try:
+        return {int(p): int(o) for p, o in offsets.items()}
+    except (TypeError, ValueError):
+        raise SpecError("partitions.partitionOffsetMap", "partitions and offsets must be integers") from None
 
 
 def supervisor_router(supervisors: SupervisorManager) -> APIRouter:
     router = APIRouter(prefix="/druid/indexer/v1/supervisor")
 
-    def missing(spec_id: str) -> JSONResponse:
-        return JSONResponse({"error": f"[{spec_id}] does not exist"}, status_code=404)
-
     @router.post("")
-    async def submit(request: Request) -> Any:
+    async def submit(request: Request, skipRestartIfUnmodified: bool = False) -> Any:  # noqa: N803 - Druid's name
         try:
             spec = parse_supervisor_spec(await read_json(request))
         except SpecError as error:
-            return JSONResponse({"error": str(error)}, status_code=400)
-        supervisors.create_or_update(spec)
+            return _error(str(error), 400)
+        await run_in_threadpool(supervisors.create_or_update, spec, skipRestartIfUnmodified)
         return {"id": spec.id}
 
     @router.get("")
-    def list_ids() -> Any:
-        return supervisors.ids()
+    def list_supervisors(request: Request) -> Any:
+        listed = [s for i in supervisors.ids() if (s := supervisors.get(i)) is not None]
+        if "full" in request.query_params:
+            return [_summary(s, spec=s.spec.to_json()) for s in listed]
+        if request.query_params.get("state") == "true":
+            return [_summary(s) for s in listed]
+        if "system" in request.query_params:
+            return [_summary(s, specString=json.dumps(s.spec.to_json()), type="kafka", source=s.spec.spec.io_config.topic)
+                    for s in listed]
+        return [s.spec.id for s in listed]
+
+    @router.get("/history")
+    def all_history() -> Any:
+        return supervisors.history()
+
+    @router.post("/suspendAll")
+    def suspend_all() -> Any:
+        supervisors.set_all_suspended(True)
+        return {"status": "success"}
+
+    @router.post("/resumeAll")
+    def resume_all() -> Any:
+        supervisors.set_all_suspended(False)
+        return {"status": "success"}
+
+    @router.post("/terminateAll")
+    def terminate_all() -> Any:
+        supervisors.terminate_all()
+        return {"status": "success"}
 
     @router.get("/{spec_id}")
     def get_spec(spec_id: str) -> Any:
         supervisor = supervisors.get(spec_id)
-        return supervisor.spec.to_json() if supervisor else missing(spec_id)
+        return supervisor.spec.to_json() if supervisor else _missing(spec_id)
 
     @router.get("/{spec_id}/status")
     def status(spec_id: str) -> Any:
         supervisor = supervisors.get(spec_id)
-        return supervisor.status_report() if supervisor else missing(spec_id)
+        return supervisor.status_report() if supervisor else _missing(spec_id)
+
+    @router.get("/{spec_id}/health")
+    def health(spec_id: str) -> Any:
+        supervisor = supervisors.get(spec_id)
+        if supervisor is None:
+            return _error(f"[{spec_id}] does not exist or health check not implemented", 404)
+        return JSONResponse({"healthy": supervisor.healthy}, status_code=200 if supervisor.healthy else 503)
+
+    @router.get("/{spec_id}/history")
+    def history(spec_id: str) -> Any:
+        entries = supervisors.history(spec_id).get(spec_id)
+        return entries if entries else _error(f"No history for [{spec_id}].", 404)
+
+    @router.post("/{spec_id}/suspend")
+    @router.post("/{spec_id}/resume")
+    def suspend_or_resume(spec_id: str, request: Request) -> Any:
+        try:
+            spec = supervisors.set_suspended(spec_id, request.url.path.endswith("/suspend"))
+        except SupervisorConflict as error:
+            return _error(str(error), 400)
+        return spec if spec is not None else _missing(spec_id)
+
+    @router.post("/{spec_id}/reset")
+    def reset(spec_id: str) -> Any:
+        supervisor = supervisors.get(spec_id)
+        if supervisor is None:
+            return _missing(spec_id)
+        supervisor.reset()
+        return {"id": spec_id}
+
+    @router.post("/{spec_id}/resetOffsets")
+    async def reset_offsets(spec_id: str, request: Request) -> Any:
+        supervisor = supervisors.get(spec_id)
+        if supervisor is None:
+            return _missing(spec_id)
+        try:
+            offsets = _reset_partitions(await read_json(request), supervisor.spec.spec.io_config.topic)
+        except SpecError as error:
+            return _error(str(error), 400)
+        await run_in_threadpool(supervisor.reset_offsets, offsets)
+        return {"id": spec_id}
+
+    @router.post("/{spec_id}/taskGroups/handoff")
+    async def handoff(spec_id: str, request: Request) -> Any:
+        supervisor = supervisors.get(spec_id)
+        if supervisor is None:
+            return _missing(spec_id)
+        body = await read_json(request)
+        group_ids = body.get("taskGroupIds") if isinstance(body, dict) else None
+        if not isinstance(group_ids, list) or not all(isinstance(g, int) for g in group_ids):
+            return _error("taskGroupIds: expected a list of task group ids", 400)
+        await run_in_threadpool(supervisor.handoff, group_ids)
+        return Response(status_code=200)
 
     @router.post("/{spec_id}/terminate")
     @router.post("/{spec_id}/shutdown")
     def terminate(spec_id: str) -> Any:
-        return {"id": spec_id} if supervisors.terminate(spec_id) else missing(spec_id)
+        return {"id": spec_id} if supervisors.terminate(spec_id) else _missing(spec_id)
 
     return router

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from pyspark.sql import SparkSession
 
 from sluice.dev.tansu import DevKafkaBroker
+from sluice.server.node import Node, NodeConfig
 from sluice.task import spark_session
+from tests.integration.harness import free_port
 
 
 @pytest.fixture(scope="session")
@@ -34,3 +37,20 @@ def postgres_uri() -> Iterator[str]:
         pytest.skip(pg.MISSING_REASON)
     with pg.postgres_server(bin_dir) as uri:
         yield uri
+
+
+@pytest.fixture(scope="session")
+def node(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:  # noqa: ARG001
+    """One all-in-one Sluice node for the HTTP tests (each test uses its own topic and data source); it shares
+    the session's Spark, which must be up first."""
+    node = Node(NodeConfig(port=free_port(), work_dir=tmp_path_factory.mktemp("sluice")))
+    node.start()
+    yield node
+    node.supervisors.terminate_all()
+    node.stop()
+
+
+@pytest.fixture(scope="session")
+def http(node: Node) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=f"http://127.0.0.1:{node.config.port}", timeout=60) as client:
+        yield client

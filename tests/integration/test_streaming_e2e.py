@@ -7,71 +7,15 @@ storage; expected answers are computed directly from the produced events.
 from __future__ import annotations
 
 import copy
-import json
-import socket
-import time
 from collections import Counter, defaultdict
-from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
 
 from sluice.dev.sample_data import generate, produce
 from sluice.server.node import Node, NodeConfig
-
-EXAMPLE = json.loads((Path(__file__).resolve().parents[2] / "examples" / "wikipedia-kafka-supervisor.json").read_text())
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def node(spark, tmp_path_factory) -> Iterator[Node]:  # noqa: ARG001 - Spark must be up before the node shares it
-    node = Node(NodeConfig(port=_free_port(), work_dir=tmp_path_factory.mktemp("sluice")))
-    node.start()
-    yield node
-    for spec_id in node.supervisors.ids():
-        node.supervisors.terminate(spec_id)
-    node.stop()
-
-
-@pytest.fixture(scope="module")
-def http(node: Node) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=f"http://127.0.0.1:{node.config.port}", timeout=60) as client:
-        yield client
-
-
-def supervisor_spec(data_source: str, topic: str, bootstrap: str, **io: Any) -> dict[str, Any]:
-    spec = copy.deepcopy(EXAMPLE)
-    spec["spec"]["dataSchema"]["dataSource"] = data_source
-    spec["spec"]["ioConfig"].update({"topic": topic, "consumerProperties": {"bootstrap.servers": bootstrap},
-                                     "startDelay": "PT0S", "period": "PT1S", **io})
-    return spec
-
-
-def sql(http: httpx.Client, query: str) -> list[dict[str, Any]]:
-    response = http.post("/druid/v2/sql", json={"query": query})
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if result := condition():
-            return result
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def committed_offsets(node: Node, data_source: str) -> dict[int, int]:
-    stored = node.metadata.get_stream_offsets(data_source)
-    return stored.offsets if stored else {}
-
+from tests.integration.harness import EXAMPLE, committed_offsets, free_port, sql, supervisor_spec, wait_for
 
 def test_every_event_is_counted_exactly_once_across_task_generations(node, http, kafka_broker):
     topic = "wiki-e2e"
@@ -190,7 +134,7 @@ def test_a_node_restart_mid_ingestion_neither_loses_nor_doubles_rows(spark, kafk
     spec = supervisor_spec("wiki_restart", topic, kafka_broker.bootstrap_servers, taskCount=1, taskDuration="PT4S")
     spec["spec"]["tuningConfig"]["maxRowsInMemory"] = 4_000  # many persists per task: a stop lands mid-read
 
-    config = NodeConfig(port=_free_port(), work_dir=tmp_path / "node")
+    config = NodeConfig(port=free_port(), work_dir=tmp_path / "node")
     first = Node(config)
     first.start()
     with httpx.Client(base_url=f"http://127.0.0.1:{config.port}", timeout=60) as client:
@@ -199,7 +143,7 @@ def test_a_node_restart_mid_ingestion_neither_loses_nor_doubles_rows(spark, kafk
     first.stop()  # tasks stop without publishing: whatever they read since their start is not committed
     assert committed_offsets(first, "wiki_restart") != end_offsets, "stopped too late to interrupt anything"
 
-    second = Node(NodeConfig(port=_free_port(), work_dir=config.work_dir))
+    second = Node(NodeConfig(port=free_port(), work_dir=config.work_dir))
     second.start()  # the supervisor comes back from the metadata store and resumes at the committed offsets
     try:
         wait_for(lambda: committed_offsets(second, "wiki_restart") == end_offsets, 180, "the rest to be committed")

@@ -118,3 +118,24 @@ def test_plan_does_not_mutate_its_input():
     before = repr(state)
     plan(state, observe(now=T0 + timedelta(hours=1), statuses={"a": "FAILED"}), CONFIG)
     assert repr(state) == before
+
+
+def test_a_suspended_supervisor_ends_its_reading_groups_and_starts_none():
+    state = started(plan(SupervisorState(), observe(), CONFIG).state, {0: "a", 1: "b"})
+    suspended = PlanConfig(**{**CONFIG.__dict__, "suspended": True})
+    decided = plan(state, observe(statuses={"a": "RUNNING", "b": "RUNNING"}), suspended)
+    assert decided.actions == [EndGroup(0), EndGroup(1)]
+    assert plan(SupervisorState(), observe(), suspended).actions == []
+
+
+def test_a_failed_publish_kills_reading_groups_of_its_partitions_even_after_a_task_count_change():
+    state = started(plan(SupervisorState(), observe(partitions=(0, 1)), PlanConfig(**{**CONFIG.__dict__, "task_count": 1})
+                         ).state, {0: "old"})
+    state = end_group(state, 0, {0: 10, 1: 10}, T0 + CONFIG.completion_timeout)
+    state = started(plan(state, observe(partitions=(0, 1), statuses={"old": "RUNNING"}), CONFIG).state,
+                    {0: "new0", 1: "new1"})  # taskCount is now 2: groups 0 and 1 read partitions 0 and 1
+    decided = plan(state, observe(partitions=(0, 1), stored={0: 0, 1: 0},
+                                  statuses={"old": "FAILED", "new0": "RUNNING", "new1": "RUNNING"}), CONFIG)
+    killed = {a.task_id for a in decided.actions if isinstance(a, KillTask)}
+    assert killed == {"new0", "new1"}
+    assert {g.starting_offsets[p] for g in decided.state.active.values() for p in g.starting_offsets} == {0}

@@ -52,6 +52,8 @@ class PlanConfig:
     replicas: int
     task_duration: timedelta
     completion_timeout: timedelta
+    #: a suspended supervisor lets its reading groups publish and starts no new ones
+    suspended: bool = False
 
 
 @dataclass(frozen=True)
@@ -113,8 +115,11 @@ def plan(current: SupervisorState, obs: Observation, config: PlanConfig) -> Plan
     _update_partitions(state, obs)
     _check_pending_completion(state, obs, actions, errors)
     _check_active_groups(state, obs, actions, errors)
-    _check_task_duration(state, obs, config, actions)
-    _create_groups(state, obs, config, actions)
+    if config.suspended:
+        actions += [EndGroup(group_id) for group_id in state.active]
+    else:
+        _check_task_duration(state, obs, config, actions)
+        _create_groups(state, obs, config, actions)
     return Plan(state, actions, errors)
 
 
@@ -136,7 +141,7 @@ def _check_pending_completion(state: SupervisorState, obs: Observation, actions:
             elif "RUNNING" not in statuses or obs.now >= group.completion_deadline:
                 reason = "all replicas failed to publish" if "RUNNING" not in statuses else "completionTimeout exceeded"
                 errors.append(f"task group {group_id} ({', '.join(sorted(group.task_ids))}): {reason}")
-                later = groups[index:] + ([state.active.pop(group_id)] if group_id in state.active else [])
+                later = groups[index:] + _pop_reading_groups(state, set(group.starting_offsets))
                 actions += [KillTask(t, reason) for g in later for t in g.task_ids
                             if obs.task_statuses.get(t) == "RUNNING"]
                 for partition in group.starting_offsets:
@@ -146,6 +151,11 @@ def _check_pending_completion(state: SupervisorState, obs: Observation, actions:
         state.pending[group_id] = [g for g in groups if g.task_ids]
         if not state.pending[group_id]:
             del state.pending[group_id]
+
+
+def _pop_reading_groups(state: SupervisorState, partitions: set[int]) -> list[TaskGroup]:
+    """Remove the reading groups of these partitions (by partition, so a changed taskCount is covered)."""
+    return [state.active.pop(g) for g, group in list(state.active.items()) if partitions & set(group.starting_offsets)]
 
 
 def _check_active_groups(state: SupervisorState, obs: Observation, actions: list[Action], errors: list[str]) -> None:

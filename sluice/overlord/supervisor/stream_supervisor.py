@@ -1,9 +1,10 @@
 """Runs one Kafka supervisor: observes, asks `plan` what to do, and does it.
 
 One thread handles the supervisor's notices in order (Druid's notice queue): a RunNotice every
-`period` after `startDelay`, one whenever a task of this supervisor changes status, and the stop
-notice. RunNotices are coalesced: while one is queued, more are not added (Druid issue #11414 is
-what happens otherwise).
+`period` after `startDelay`, one whenever a task of this supervisor changes status, the operator's
+notices (reset, resetOffsets, handoff), and the stop notice. RunNotices are coalesced: while one is
+queued, more are not added (Druid issue #11414 is what happens otherwise). Because every change of
+the supervisor's state happens on that one thread, no lock guards it.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import queue
 import threading
 import time
 from collections import deque
+from concurrent.futures import Future
 from datetime import UTC, datetime
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from sluice.metadata.store import MetadataStore, StreamOffsets
 from sluice.overlord.supervisor.plan import (
-    EndGroup, KillTask, Observation, PlanConfig, RecordStartingOffsets, StartTask, SupervisorState, end_group, plan,
+    NOT_SET, EndGroup, KillTask, Observation, PlanConfig, RecordStartingOffsets, StartTask, SupervisorState, end_group,
+    plan,
 )
 from sluice.overlord.task_runner import TaskRunner
 from sluice.segment.segment import format_timestamp
@@ -34,21 +37,30 @@ TASK_UNHEALTHINESS_THRESHOLD = 3
 MAX_STORED_EXCEPTION_EVENTS = 10
 
 _RUN, _STOP, _TERMINATE = "run", "stop", "terminate"
+T = TypeVar("T")
+
+
+class SupervisorStopped(RuntimeError):
+    """The supervisor stopped before it got to the notice."""
 
 
 class StreamSupervisor:
     def __init__(self, spec: KafkaSupervisorSpec, runner: TaskRunner, metadata: MetadataStore,
                  stream_factory: Callable[[KafkaIOConfig], KafkaStream],
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 state: SupervisorState | None = None) -> None:
+        """`state` is a previous supervisor's final state: an updated spec takes over its publishing groups
+        and continues from the offsets they end at."""
         self.spec = spec
         io = spec.spec.io_config
-        self.config = PlanConfig(spec.id, io.task_count, io.replicas, io.task_duration, io.completion_timeout)
-        self.state = SupervisorState()
+        self.config = PlanConfig(spec.id, io.task_count, io.replicas, io.task_duration, io.completion_timeout,
+                                 spec.suspended)
+        self.state = state or SupervisorState()
         self._runner = runner
         self._metadata = metadata
         self._stream_factory = stream_factory
         self._clock = clock
-        self._notices: queue.Queue[str] = queue.Queue()
+        self._notices: queue.Queue[str | tuple[Callable[[], Any], Future]] = queue.Queue()
         self._run_queued = threading.Event()
         self._thread = threading.Thread(target=self._handle_notices, name=f"supervisor-{spec.id}", daemon=True)
         self._stream: KafkaStream | None = None
@@ -70,12 +82,32 @@ class StreamSupervisor:
         self._runner.add_listener(self._on_task_status)
         self._thread.start()
 
-    def stop(self, graceful: bool, timeout: float = 60.0) -> None:
-        """graceful (terminate): reading groups stop at definite end offsets and publish; otherwise just stop."""
+    def stop(self, graceful: bool, timeout: float = 60.0) -> SupervisorState:
+        """graceful (terminate, update): reading groups stop at definite end offsets and publish; otherwise just
+        stop. Returns the final state, whose publishing groups a successor supervisor can take over."""
         self._stopping = True
         self._notices.put(_TERMINATE if graceful else _STOP)
         self._thread.join(timeout)
         self._runner.remove_listener(self._on_task_status)
+        return self.state
+
+    def submit(self, work: Callable[[], T], timeout: float = 60.0) -> T:
+        """Run `work` on the notice thread, in order with the other notices, and wait for its result."""
+        future: Future = Future()
+        self._notices.put((work, future))
+        return future.result(timeout)
+
+    def reset(self) -> None:
+        """Hard reset: forget the committed offsets, kill every task; reading restarts per useEarliestOffset."""
+        self.submit(self._reset)
+
+    def reset_offsets(self, offsets: dict[int, int]) -> None:
+        """Set the committed offsets of some partitions (Druid's ResetNotice) and restart their groups there."""
+        self.submit(lambda: self._reset_offsets(offsets))
+
+    def handoff(self, group_ids: list[int]) -> None:
+        """End these reading groups now rather than at taskDuration (best effort, as in Druid)."""
+        self.submit(lambda: [self._end_group(g) for g in group_ids if g in self.state.active])
 
     def request_run(self) -> None:
         if not self._run_queued.is_set():
@@ -100,7 +132,9 @@ class StreamSupervisor:
                 notice = self._notices.get(timeout=max(0.0, next_run - time.monotonic()))
             except queue.Empty:
                 notice = _RUN
-            if notice == _RUN:
+            if isinstance(notice, tuple):
+                self._run_work(*notice)
+            elif notice == _RUN:
                 self._run_queued.clear()
                 self._run_once()
                 next_run = time.monotonic() + io.period.total_seconds()
@@ -109,7 +143,55 @@ class StreamSupervisor:
                     self._end_all_groups()
                 if self._stream is not None:
                     self._stream.close()
+                self._cancel_queued_work()
                 return
+
+    def _run_work(self, work: Callable[[], Any], future: Future) -> None:
+        try:
+            future.set_result(work())
+        except Exception as error:
+            future.set_exception(error)
+
+    def _cancel_queued_work(self) -> None:
+        while True:
+            try:
+                notice = self._notices.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(notice, tuple):
+                notice[1].set_exception(SupervisorStopped(f"supervisor {self.spec.id} stopped"))
+
+    # ---- operator notices ----
+
+    def _kill_groups(self, groups: list[Any], reason: str) -> None:
+        for group in groups:
+            for task_id in group.task_ids:
+                self._killed.add(task_id)
+                self._runner.shutdown(task_id, reason)
+            for partition in group.starting_offsets:
+                self.state.partition_offsets[partition] = NOT_SET
+
+    def _reset(self) -> None:
+        groups = list(self.state.active.values()) + [g for gs in self.state.pending.values() for g in gs]
+        self._kill_groups(groups, "supervisor hard reset")
+        self.state = SupervisorState()
+        self._metadata.delete_stream_offsets(self.spec.id)
+        self.request_run()
+
+    def _reset_offsets(self, offsets: dict[int, int]) -> None:
+        partitions = set(offsets)
+        self._metadata.reset_stream_offsets(self.spec.id, StreamOffsets(self.spec.spec.io_config.topic, offsets))
+        hit = [g for g in self.state.active.values() if partitions & set(g.starting_offsets)]
+        for group_id, groups in list(self.state.pending.items()):
+            hit += [g for g in groups if partitions & set(g.starting_offsets)]
+            self.state.pending[group_id] = [g for g in groups if not partitions & set(g.starting_offsets)]
+            if not self.state.pending[group_id]:
+                del self.state.pending[group_id]
+        self.state.active = {i: g for i, g in self.state.active.items() if not partitions & set(g.starting_offsets)}
+        self._kill_groups(hit, "offsets were reset")
+        for partition in partitions:
+            self.state.partition_offsets[partition] = NOT_SET
+        self.request_run()
 
     # ---- one RunNotice ----
 
@@ -210,6 +292,8 @@ class StreamSupervisor:
         """(state, detailedState) as in Druid's supervisor state table."""
         if self._stopping:
             return "STOPPING", "STOPPING"
+        if self.spec.suspended:
+            return "SUSPENDED", "SUSPENDED"
         if self._stream_error is not None:
             detailed = "LOST_CONTACT_WITH_STREAM" if self._stream_connected_once else "UNABLE_TO_CONNECT_TO_STREAM"
             return "UNHEALTHY_SUPERVISOR", detailed
@@ -246,7 +330,7 @@ class StreamSupervisor:
             "minimumLag": lag,
             "aggregateLag": max(0, sum(lag.values())),
             "offsetsLastUpdated": format_timestamp(self._offsets_updated) if self._offsets_updated else None,
-            "suspended": False,
+            "suspended": self.spec.suspended,
             "healthy": not state.startswith("UNHEALTHY"),
             "state": state,
             "detailedState": detailed,

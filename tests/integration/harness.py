@@ -1,0 +1,51 @@
+"""Helpers for tests that drive a running Sluice node over HTTP."""
+
+from __future__ import annotations
+
+import copy
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+
+from sluice.server.node import Node
+
+EXAMPLE = json.loads((Path(__file__).resolve().parents[2] / "examples" / "wikipedia-kafka-supervisor.json").read_text())
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def supervisor_spec(data_source: str, topic: str, bootstrap: str, **io: Any) -> dict[str, Any]:
+    """The example spec, pointed at a test topic, with a fast supervisor loop."""
+    spec = copy.deepcopy(EXAMPLE)
+    spec["spec"]["dataSchema"]["dataSource"] = data_source
+    spec["spec"]["ioConfig"].update({"topic": topic, "consumerProperties": {"bootstrap.servers": bootstrap},
+                                     "startDelay": "PT0S", "period": "PT1S", **io})
+    return spec
+
+
+def sql(http: httpx.Client, query: str) -> list[dict[str, Any]]:
+    response = http.post("/druid/v2/sql", json={"query": query})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := condition():
+            return result
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def committed_offsets(node: Node, data_source: str) -> dict[int, int]:
+    stored = node.metadata.get_stream_offsets(data_source)
+    return stored.offsets if stored else {}
