@@ -25,7 +25,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
 from sluice.metadata import tables
-from sluice.segment.segment import DataSegment, Interval, SegmentId, format_timestamp, numbered_shard_spec
+from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
+from sluice.timestamps import format_timestamp
 from sluice.segment.timeline import VersionedIntervalTimeline
 
 T = TypeVar("T")

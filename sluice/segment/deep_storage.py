@@ -24,7 +24,8 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from sluice.segment.segment import SegmentId, format_timestamp
+from sluice.segment.segment import SegmentId
+from sluice.timestamps import format_timestamp
 
 SEGMENT_FILE_NAME = "index.parquet"
 _COPY_BUFFER = 8 << 20

@@ -13,26 +13,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sluice.spec.granularity import ETERNITY_END, ETERNITY_START
+from sluice.timestamps import format_timestamp, parse_timestamp
 
 #: Druid's on-disk format version of a segment; Sluice writes it for compatibility only.
 BINARY_VERSION = 9
-
-
-def parse_timestamp(text: str) -> datetime:
-    """Parse an ISO-8601 instant; a value without offset is UTC, as Druid's default time zone."""
-    value = datetime.fromisoformat(text)
-    if value.tzinfo is None:
-        return value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
-
-
-def format_timestamp(value: datetime) -> str:
-    """Format an instant as Joda prints it in Druid: UTC, milliseconds, ``Z`` suffix.
-
-    Lexicographic order of these strings is chronological order, which is why the metadata
-    tables can compare ``start``/``end`` columns as strings (Druid does the same).
-    """
-    return value.astimezone(timezone.utc).replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
 
 
 def _floor_to_millis(value: datetime) -> datetime:
