@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from fastapi import FastAPI
 
@@ -53,8 +54,9 @@ def kafka_stream(io: KafkaIOConfig) -> KafkaStream:
 
 
 class Node:
-    def __init__(self, config: NodeConfig) -> None:
+    def __init__(self, config: NodeConfig, stream_factory: Callable[[KafkaIOConfig], KafkaStream] = kafka_stream) -> None:
         self.config = config
+        self.stream_factory = stream_factory
         self.lifecycle = Lifecycle()
         self.ready = False
         self.app = FastAPI(title="Sluice", version="0.1.0")
@@ -92,7 +94,7 @@ class Node:
         kafka_source.register(self.spark)
 
         def toolbox(task_dir: Path) -> TaskToolbox:
-            return TaskToolbox(self.spark, self.metadata, self.deep_storage, task_dir, kafka_stream)
+            return TaskToolbox(self.spark, self.metadata, self.deep_storage, task_dir, self.stream_factory)
 
         self.task_runner = ThreadTaskRunner(toolbox, self.metadata, self.config.work_dir / "tasks")
         self.task_runner.fail_orphans()
@@ -101,7 +103,7 @@ class Node:
         self.task_runner.stop()
 
     def _start_supervisors(self) -> None:
-        self.supervisors = SupervisorManager(self.metadata, self.task_runner, kafka_stream)
+        self.supervisors = SupervisorManager(self.metadata, self.task_runner, self.stream_factory)
         self.supervisors.start()
 
     def _stop_supervisors(self) -> None:

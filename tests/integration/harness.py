@@ -49,3 +49,19 @@ def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
 def committed_offsets(node: Node, data_source: str) -> dict[int, int]:
     stored = node.metadata.get_stream_offsets(data_source)
     return stored.offsets if stored else {}
+
+
+def active_tasks(http: httpx.Client, spec_id: str) -> list[dict[str, Any]]:
+    return http.get(f"/druid/indexer/v1/supervisor/{spec_id}/status").json()["payload"]["activeTasks"]
+
+
+def reading(http: httpx.Client, spec_id: str) -> bool:
+    """Some reading task of the supervisor has moved past its starting offsets."""
+    return any(sum((t["currentOffsets"] or {}).values()) > sum(t["startingOffsets"].values())
+               for t in active_tasks(http, spec_id))
+
+
+def read_to(http: httpx.Client, spec_id: str, offsets: dict[int, int]) -> bool:
+    """Some reading task's current offsets are exactly these."""
+    expected = {str(p): o for p, o in offsets.items()}
+    return any(t["currentOffsets"] == expected for t in active_tasks(http, spec_id))

@@ -6,25 +6,13 @@ import httpx
 
 from sluice.dev.sample_data import generate, produce
 from sluice.server.node import Node, NodeConfig
-from tests.integration.harness import committed_offsets, free_port, sql, supervisor_spec, wait_for
+from tests.integration.harness import (
+    committed_offsets, free_port, read_to, reading, sql, supervisor_spec, wait_for,
+)
 
 
 def valid(records) -> int:
     return sum(r.kind == "valid" for r in records)
-
-
-def active_tasks(http: httpx.Client, spec_id: str) -> list[dict]:
-    return http.get(f"/druid/indexer/v1/supervisor/{spec_id}/status").json()["payload"]["activeTasks"]
-
-
-def reading(http: httpx.Client, spec_id: str) -> bool:
-    return any(sum((t["currentOffsets"] or {}).values()) > sum(t["startingOffsets"].values())
-               for t in active_tasks(http, spec_id))
-
-
-def read_to(http: httpx.Client, spec_id: str, offsets: dict[int, int]) -> bool:
-    expected = {str(p): o for p, o in offsets.items()}
-    return any(t["currentOffsets"] == expected for t in active_tasks(http, spec_id))
 
 
 def test_suspend_publishes_and_resume_continues_without_gap_or_duplicate(node, http, kafka_broker):

@@ -139,3 +139,16 @@ def test_a_failed_publish_kills_reading_groups_of_its_partitions_even_after_a_ta
     killed = {a.task_id for a in decided.actions if isinstance(a, KillTask)}
     assert killed == {"new0", "new1"}
     assert {g.starting_offsets[p] for g in decided.state.active.values() for p in g.starting_offsets} == {0}
+
+
+def test_a_new_partition_ends_its_group_early_and_joins_the_next_one():
+    stored = {0: 4, 1: 4}
+    state = started(plan(SupervisorState(), observe(partitions=(0, 1), stored=stored), CONFIG).state, {0: "a", 1: "b"})
+    grown = observe(partitions=(0, 1, 2), stored=stored, initial={2: 0}, statuses={"a": "RUNNING", "b": "RUNNING"})
+    decided = plan(state, grown, CONFIG)
+    assert decided.actions == [EndGroup(0)]  # partition 2 belongs to group 0; group 1 reads on
+
+    state = end_group(decided.state, 0, {0: 9}, T0 + CONFIG.completion_timeout)
+    decided = plan(state, grown, CONFIG)
+    assert decided.actions == [RecordStartingOffsets({2: 0}), StartTask(0)]
+    assert decided.state.active[0].starting_offsets == {0: 9, 2: 0}

@@ -14,6 +14,8 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from sluice.timestamps import format_timestamp
+
 #: partitionOffsets value meaning "start from what the metadata store has" (Druid's NOT_SET)
 NOT_SET = -1
 
@@ -43,6 +45,9 @@ class SupervisorState:
     pending: dict[int, list[TaskGroup]] = field(default_factory=dict)
     #: partitionOffsets: where the next group for a partition starts; NOT_SET = the committed offsets
     partition_offsets: dict[int, int] = field(default_factory=dict)
+    #: the version of the time-chunk lock all tasks of this supervisor share (Druid: tasks of one groupId
+    #: share locks), so that appending groups allocate into one version of a chunk; kept across updates
+    lock_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,8 @@ class Observation:
     partitions: list[int]
     #: committed offsets in the metadata store (empty when nothing was committed yet)
     stored_offsets: dict[int, int]
-    #: earliest or latest offsets (per useEarliestOffset), for partitions with nothing committed
+    #: where partitions with nothing committed start: earliest or latest per useEarliestOffset on the first
+    #: run, earliest for partitions discovered later (so nothing written to a new partition is skipped)
     initial_offsets: dict[int, int]
     #: RUNNING, SUCCESS or FAILED for every task the runner knows; an absent task is gone
     task_statuses: dict[str, str]
@@ -112,6 +118,7 @@ def plan(current: SupervisorState, obs: Observation, config: PlanConfig) -> Plan
     state = copy.deepcopy(current)
     actions: list[Action] = []
     errors: list[str] = []
+    state.lock_version = state.lock_version or format_timestamp(obs.now)  # versions sort as strings
     _update_partitions(state, obs)
     _check_pending_completion(state, obs, actions, errors)
     _check_active_groups(state, obs, actions, errors)
@@ -173,8 +180,12 @@ def _check_active_groups(state: SupervisorState, obs: Observation, actions: list
 
 
 def _check_task_duration(state: SupervisorState, obs: Observation, config: PlanConfig, actions: list[Action]) -> None:
+    """A group ends at taskDuration, or early when its partitions changed (new partitions join the next group)."""
+    assigned: dict[int, set[int]] = {}
+    for partition in obs.partitions:
+        assigned.setdefault(group_of(partition, config.task_count), set()).add(partition)
     for group_id, group in state.active.items():
-        if obs.now >= group.created + config.task_duration:
+        if obs.now >= group.created + config.task_duration or set(group.starting_offsets) != assigned.get(group_id):
             actions.append(EndGroup(group_id))
 
 

@@ -24,7 +24,7 @@ from sluice.overlord.supervisor.plan import (
     plan,
 )
 from sluice.overlord.task_runner import TaskRunner
-from sluice.segment.segment import format_timestamp
+from sluice.timestamps import format_timestamp
 from sluice.spec.supervisor import KafkaIOConfig, KafkaSupervisorSpec
 from sluice.stream.kafka import KafkaStream, StreamError
 from sluice.task.kafka_index_task import KafkaIndexTaskSpec, TaskStatus, new_task_id
@@ -231,7 +231,8 @@ class StreamSupervisor:
                               f"reset the supervisor to start over")
         stored_offsets = stored.offsets if stored else {}
         unseen = [p for p in partitions if p not in stored_offsets]
-        initial = (self._stream.earliest_offsets(unseen) if io.use_earliest_offset else
+        from_earliest = io.use_earliest_offset or bool(self.state.partition_offsets)  # a partition added later
+        initial = (self._stream.earliest_offsets(unseen) if from_earliest else
                    {p: latest[p] for p in unseen}) if unseen else {}
         task_ids = {t for g in self.state.active.values() for t in g.task_ids}
         task_ids |= {t for gs in self.state.pending.values() for g in gs for t in g.task_ids}
