@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
+from sluice.metadata.offsets import StreamOffsets
 from sluice.overlord.supervisor.stream_supervisor import StreamSupervisor
 from sluice.overlord.supervisor_manager import SupervisorConflict, SupervisorManager
 from sluice.server.json_body import read_json
@@ -31,17 +32,16 @@ def _summary(supervisor: StreamSupervisor, **extra: Any) -> dict[str, Any]:
 
 def _reset_partitions(body: Any, topic: str) -> dict[int, int]:
     """Druid's resetOffsets body: {"type":"kafka","partitions":{"type":"end","stream":..,"partitionOffsetMap":{..}}}."""
-    partitions = body.get("partitions") if isinstance(body, dict) else None
-    offsets = (partitions or {}).get("partitionOffsetMap", (partitions or {}).get("partitionSequenceNumberMap"))
-    if not isinstance(offsets, dict) or not offsets:
-        raise SpecError("partitions.partitionOffsetMap", "expected a non-empty map of partition to offset")
-    stream = partitions.get("stream", partitions.get("topic", topic))
-    if stream != topic:
-        raise SpecError("partitions.stream", f"the supervisor reads stream [{topic}], not [{stream}]")
     try:
-        return {int(p): int(o) for p, o in offsets.items()}
-    except (TypeError, ValueError):
-        raise SpecError("partitions.partitionOffsetMap", "partitions and offsets must be integers") from None
+        offsets = StreamOffsets.from_payload(body)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise SpecError("partitions", "expected Druid's {\"type\":\"end\",\"stream\":..,\"partitionOffsetMap\":{..}}"
+                        ) from None
+    if not offsets.offsets:
+        raise SpecError("partitions.partitionOffsetMap", "expected a non-empty map of partition to offset")
+    if offsets.stream not in (None, topic):
+        raise SpecError("partitions.stream", f"the supervisor reads stream [{topic}], not [{offsets.stream}]")
+    return offsets.offsets
 
 
 def supervisor_router(supervisors: SupervisorManager) -> APIRouter:

@@ -18,7 +18,8 @@ from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import Any, Callable, TypeVar
 
-from sluice.metadata.store import MetadataStore, StreamOffsets
+from sluice.metadata.offsets import StreamOffsets
+from sluice.metadata.store import MetadataStore
 from sluice.overlord.supervisor.plan import (
     NOT_SET, EndGroup, KillTask, Observation, PlanConfig, RecordStartingOffsets, StartTask, SupervisorState, end_group,
     plan,
