@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Any, Literal
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, get_args
 
-from pydantic import Field, ValidationError, field_serializer, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_serializer, field_validator
 
 from sluice.spec.data_schema import DataSchema
 from sluice.spec.errors import SpecError, from_validation_error
@@ -21,7 +21,8 @@ class PeriodField(SpecModel):
     @field_validator("*", mode="before")
     @classmethod
     def _periods(cls, value: Any, info: Any) -> Any:
-        if isinstance(value, str) and cls.model_fields[info.field_name].annotation is timedelta:
+        annotation = cls.model_fields[info.field_name].annotation
+        if isinstance(value, str) and (annotation is timedelta or timedelta in get_args(annotation)):
             return parse_period(value)
         return value
 
@@ -49,6 +50,40 @@ class KafkaIOConfig(PeriodField):
     period: timedelta = timedelta(seconds=30)
     use_earliest_offset: bool = False
     completion_timeout: timedelta = timedelta(minutes=30)
+    #: rows timestamped before this instant are thrown away (Druid: the task's minimumMessageTime)
+    late_message_rejection_start_date_time: datetime | None = None
+    #: rows older than the task's creation time minus this period are thrown away
+    late_message_rejection_period: timedelta | None = None
+    #: rows newer than the task's creation time plus taskDuration plus this period are thrown away
+    early_message_rejection_period: timedelta | None = None
+
+    @field_validator("late_message_rejection_start_date_time", mode="before")
+    @classmethod
+    def _epoch_millis(cls, value: Any) -> Any:
+        """A number is epoch millis, as Joda-Time reads it (pydantic would guess seconds for small ones)."""
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            try:
+                return datetime.fromtimestamp(value / 1000, UTC)
+            except (OverflowError, OSError, ValueError):
+                raise ValueError(f"epoch millis {value} is out of range; use an ISO-8601 date-time") from None
+        return value
+
+    @field_validator("late_message_rejection_start_date_time")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        """Druid runs in UTC: a date-time without a zone is UTC, and every instant is kept in UTC."""
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+    @field_validator("late_message_rejection_period")
+    @classmethod
+    def _one_late_bound(cls, value: timedelta | None, info: ValidationInfo) -> timedelta | None:
+        # validated after lateMessageRejectionStartDateTime (declared first), so the error names this field
+        if value is not None and info.data.get("late_message_rejection_start_date_time") is not None:
+            raise ValueError("SeekableStreamSupervisorIOConfig does not support both properties "
+                             "lateMessageRejectionStartDateTime and lateMessageRejectionPeriod.")
+        return value
 
     @field_validator("consumer_properties")
     @classmethod
@@ -86,6 +121,9 @@ class KafkaTuningConfig(PeriodField):
     log_parse_exceptions: bool = False
     #: deprecated in Druid; true means fail on the first parse exception
     report_parse_exceptions: bool = False
+    #: when stored offsets are gone from the stream, start those partitions over (earliest or latest per
+    #: useEarliestOffset) and alert, instead of stopping until an operator resets the supervisor
+    reset_offset_automatically: bool = False
 
     def effective_max_parse_exceptions(self) -> int:
         return 0 if self.report_parse_exceptions else self.max_parse_exceptions

@@ -9,6 +9,7 @@ free of Spark (its output is plain text that tests can read).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from sluice.spec.data_schema import AggregatorSpec, DataSchema, TimestampSpec
 from sluice.spec.expressions import quote_identifier as q
@@ -18,6 +19,8 @@ from sluice.spec.expressions import string_literal
 CORRUPT_COLUMN = "__corrupt"
 TIME = "__time"
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MILLISECOND = timedelta(milliseconds=1)
 _DIMENSION_SQL_TYPE = {"string": "STRING", "long": "BIGINT", "float": "FLOAT", "double": "DOUBLE"}
 
 
@@ -47,6 +50,32 @@ class Aggregator:
 
     def aggregate_sql(self, column: str) -> str:
         return f"CAST({self.function}({q(column)}) AS {self.sql_type}) AS {q(self.spec.name)}"
+
+
+@dataclass(frozen=True)
+class MessageWindow:
+    """Druid's minimumMessageTime / maximumMessageTime: a row timestamped outside is thrown away.
+
+    The supervisor's rejection settings (lateMessageRejectionStartDateTime or lateMessageRejectionPeriod,
+    earlyMessageRejectionPeriod) become fixed instants when a task is created, so every persist of the
+    task keeps rows by the same rule. Both ends are inclusive, and are compared in epoch millis, as
+    Druid compares a row's millisecond timestamp.
+    """
+
+    minimum: datetime | None = None
+    maximum: datetime | None = None
+
+    def outside_sql(self, time_column: str = TIME) -> str:
+        """Spark SQL that is true for a row whose (transformed) timestamp lies outside the window."""
+        millis = f"unix_millis({q(time_column)})"
+        bounds = [f"{millis} < {_epoch_millis(self.minimum)}" if self.minimum else None,
+                  f"{millis} > {_epoch_millis(self.maximum)}" if self.maximum else None]
+        return " OR ".join(b for b in bounds if b) or "FALSE"
+
+
+def _epoch_millis(instant: datetime) -> int:
+    """Whole epoch milliseconds (floored, as Joda-Time keeps them); a datetime without a zone is UTC."""
+    return ((instant if instant.tzinfo else instant.replace(tzinfo=UTC)) - _EPOCH) // _MILLISECOND
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,14 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable
 
-from sluice.metadata.store import MetadataStore, StreamOffsets
+from sluice.metadata.offsets import StreamOffsets
+from sluice.metadata.store import MetadataStore
 from sluice.segment.deep_storage import DeepStorage
-from sluice.segment.segment import DataSegment, Interval, format_timestamp
+from sluice.segment.segment import DataSegment, Interval
+from sluice.timestamps import format_timestamp
 from sluice.spec.supervisor import IngestionSpec, KafkaIOConfig
 from sluice.stream.kafka import KafkaStream
-from sluice.task.ingest_plan import compile_plan
+from sluice.task.ingest_plan import MessageWindow, compile_plan
 from sluice.task.offsets import END_OF_STREAM, is_finished, next_ranges
 from sluice.task.stats import RowStats
 
@@ -60,7 +62,11 @@ class KafkaIndexTaskSpec:
     base_sequence_name: str
     ingestion: IngestionSpec
     start_offsets: dict[int, int]
+    #: the task group's creation: replicas share it, and with it their message window
     created: datetime = field(default_factory=lambda: datetime.now(UTC))
+    #: the version of the time-chunk lock the supervisor's tasks share (Druid: one groupId, shared locks),
+    #: so all its appending tasks allocate into one version of a chunk; None for a task run on its own
+    lock_version: str | None = None
 
     @property
     def data_source(self) -> str:
@@ -75,7 +81,12 @@ class KafkaIndexTaskSpec:
     def sequence_name(self) -> str:
         return f"{self.base_sequence_name}_0"
 
+    @property
+    def message_window(self) -> MessageWindow:
+        return message_window(self.ingestion.io_config, self.created)
+
     def to_json(self) -> dict[str, Any]:
+        window = self.message_window
         return {
             "type": TASK_TYPE,
             "id": self.id,
@@ -89,9 +100,26 @@ class KafkaIndexTaskSpec:
                 **self.ingestion.io_config.to_json(),
                 "startSequenceNumbers": {"type": "start", "stream": self.ingestion.io_config.topic,
                                          "partitionSequenceNumberMap": {str(p): o for p, o in self.start_offsets.items()}},
+                "minimumMessageTime": format_timestamp(window.minimum) if window.minimum else None,
+                "maximumMessageTime": format_timestamp(window.maximum) if window.maximum else None,
             },
             "tuningConfig": self.ingestion.tuning_config.to_json(),
         }
+
+
+def message_window(io: KafkaIOConfig, created: datetime) -> MessageWindow:
+    """The instants the task keeps rows between (Druid's minimumMessageTime and maximumMessageTime).
+
+    They are fixed from the task's creation time, not re-read from the clock, so a task keeps the same
+    rows for its whole life, and replicas given the same `created` (their group's) keep the same rows.
+    """
+    minimum = io.late_message_rejection_start_date_time
+    if minimum is None and io.late_message_rejection_period is not None:
+        minimum = created - io.late_message_rejection_period
+    maximum = None
+    if io.early_message_rejection_period is not None:
+        maximum = created + io.task_duration + io.early_message_rejection_period
+    return MessageWindow(minimum, maximum)
 
 
 def new_task_id(data_source: str, base_sequence_name: str) -> str:
@@ -139,6 +167,7 @@ class KafkaIndexTask:
         self._cond = threading.Condition()
         self._pause_requested = False
         self._stop_requested = False
+        self._reading = False  # a Spark read job is in flight (it runs in job group = task id)
         self._persists: list[Path] = []
 
     # ---- the control API the supervisor uses (Druid's /druid/worker/v1/chat/{taskId}/...) ----
@@ -152,13 +181,19 @@ class KafkaIndexTask:
             return dict(self._end)
 
     def pause(self, timeout: float = 30.0) -> dict[int, int] | None:
-        """Stop between two reads and return the current offsets; None if the task is not reading."""
+        """Stop reading and return the current offsets; None if the task is not reading.
+
+        A read in flight is cancelled rather than waited for: it has not been persisted and its offsets
+        have not moved, so the task pauses at the offsets before it, and pausing takes no longer than
+        Spark takes to cancel a job.
+        """
         with self._cond:
             if self.state not in (TaskState.STARTING, TaskState.READING, TaskState.PAUSED):
                 return None
             self._pause_requested = True
             self._cond.notify_all()
-            if not self._cond.wait_for(lambda: self.state is not TaskState.READING, timeout):
+            self._cancel_read()
+            if not self._cond.wait_for(lambda: self.state not in (TaskState.STARTING, TaskState.READING), timeout):
                 return None
             return dict(self._current) if self.state is TaskState.PAUSED else None
 
@@ -190,6 +225,11 @@ class KafkaIndexTask:
         with self._cond:
             self._stop_requested = True
             self._cond.notify_all()
+            self._cancel_read()
+
+    def _cancel_read(self) -> None:
+        if self._reading:
+            self.toolbox.spark.sparkContext.cancelJobGroup(self.spec.id)
 
     # ---- running ----
 
@@ -234,8 +274,10 @@ class KafkaIndexTask:
 
         io = self.spec.ingestion.io_config
         pipeline = IngestPipeline(self.toolbox.spark, compile_plan(self.spec.ingestion.data_schema),
-                                  io.topic, io.consumer_properties)
+                                  io.topic, io.consumer_properties, self.spec.message_window)
         stream = self.toolbox.stream_factory(io)
+        # this thread's Spark jobs carry the task id, so pause and stop can cancel a read in flight
+        self.toolbox.spark.sparkContext.setJobGroup(self.spec.id, f"Sluice task {self.spec.id}", True)
         try:
             self._read(pipeline, stream)
         finally:
@@ -275,7 +317,22 @@ class KafkaIndexTask:
 
     def _persist(self, pipeline: Any, ranges: dict[int, tuple[int, int]]) -> None:
         directory = self.toolbox.task_dir / "persist" / str(len(self._persists))
-        result = pipeline.read_and_persist(ranges, directory)
+        with self._cond:
+            if self._pause_requested or self._stop_requested:
+                return
+            self._reading = True
+        try:
+            result = pipeline.read_and_persist(ranges, directory)
+        except Exception:
+            with self._cond:
+                cancelled = self._pause_requested or self._stop_requested
+            if not cancelled:
+                raise
+            shutil.rmtree(directory, ignore_errors=True)  # the cancelled read: never persisted, offsets unmoved
+            return
+        finally:
+            with self._cond:
+                self._reading = False
         tuning = self.spec.ingestion.tuning_config
         with self._cond:
             self._persists.append(directory)
@@ -323,7 +380,8 @@ class KafkaIndexTask:
         bucket = datetime.fromtimestamp(file.bucket_start_millis / 1000, UTC)
         interval = Interval(bucket, granularity.bucket_end(bucket))
         segment_id = self.toolbox.metadata.allocate_segment(
-            schema.data_source, interval, self.spec.sequence_name, previous, format_timestamp(self.spec.created))
+            schema.data_source, interval, self.spec.sequence_name, previous,
+            self.spec.lock_version or format_timestamp(self.spec.created))
         # replicas push the same segment id; unique paths keep a losing replica from touching the winner's file
         load_spec = self.toolbox.deep_storage.push(file.path, segment_id, unique_path=True)
         return DataSegment(

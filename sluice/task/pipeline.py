@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 
 from sluice.spec.expressions import quote_identifier
 from sluice.spec.granularity import Granularity
-from sluice.task.ingest_plan import CORRUPT_COLUMN, TIME, IngestPlan
+from sluice.task.ingest_plan import CORRUPT_COLUMN, TIME, IngestPlan, MessageWindow
 from sluice.task.stats import RowStats
 
 
@@ -40,9 +40,12 @@ class SegmentFile:
 class IngestPipeline:
     """One data source's ingestion pass on a shared SparkSession."""
 
-    def __init__(self, spark: SparkSession, plan: IngestPlan, topic: str, consumer_properties: Mapping[str, object]):
+    def __init__(self, spark: SparkSession, plan: IngestPlan, topic: str, consumer_properties: Mapping[str, object],
+                 window: MessageWindow = MessageWindow()):
         self.spark = spark
         self.plan = plan
+        #: the task's message rejection window; rows outside it are thrownAway like rows the filter drops
+        self.window = window
         self.source_options = {"topic": topic, "consumerProperties": json.dumps(dict(consumer_properties))}
 
     def read(self, ranges: Mapping[int, tuple[int, int]]) -> DataFrame:
@@ -66,7 +69,9 @@ class IngestPipeline:
             "__unparseable", F.expr(f"__null_record OR `{CORRUPT_COLUMN}` IS NOT NULL OR `{TIME}` IS NULL"))
         if plan.transforms:
             rows = rows.withColumns({name: F.expr(sql) for name, sql in plan.transforms.items()})
-        thrown = f"NOT coalesce({plan.filter_sql}, FALSE)" if plan.filter_sql else "FALSE"
+        # Druid checks the window on the transformed timestamp, like the filter sees transformed columns
+        dropped = f"NOT coalesce({plan.filter_sql}, FALSE)" if plan.filter_sql else "FALSE"
+        thrown = f"coalesce({self.window.outside_sql()}, FALSE) OR {dropped}"
         perr = " OR ".join(
             f"(`{raw_col}` IS NOT NULL AND {plan.typed_columns[out]} IS NULL)" for out, raw_col in plan.checked_inputs.items()
         ) or "FALSE"

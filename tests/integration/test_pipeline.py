@@ -18,7 +18,9 @@ from pyspark.sql import functions as F
 from sluice.spec import SpecError, parse_supervisor_spec
 from sluice.spec.data_schema import DataSchema
 from sluice.spec.granularity import parse_granularity
+from sluice.spec.supervisor import KafkaIOConfig
 from sluice.task.ingest_plan import compile_plan
+from sluice.task.kafka_index_task import message_window
 from sluice.task.pipeline import IngestPipeline, PersistResult
 from sluice.task.stats import RowStats
 
@@ -448,3 +450,90 @@ def test_dimension_names_differing_only_in_case_are_rejected_by_the_spec():
             "dataSchema": {"dataSource": "d", "dimensionsSpec": {"dimensions": ["Page", "page"]}},
             "ioConfig": {"topic": "t", "inputFormat": {"type": "json"},
                          "consumerProperties": {"bootstrap.servers": "x"}}}})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# message rejection windows (druid-api.md §2.2): the task's window, fixed at its creation, drops rows as thrownAway
+
+TASK_CREATED = datetime(2024, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def windowed(spark: SparkSession, io: dict, **data_schema: Any) -> IngestPipeline:
+    """`pipeline(...)` with the window of a task created at TASK_CREATED, with taskDuration PT1H and these
+    ioConfig fields."""
+    io_config = KafkaIOConfig.model_validate({"topic": "events", "inputFormat": {"type": "json"}, "taskDuration": "PT1H",
+                                              "consumerProperties": {"bootstrap.servers": "unused:9092"}, **io})
+    p = pipeline(spark, **data_schema)
+    return IngestPipeline(spark, p.plan, "events", {"bootstrap.servers": "unused:9092"},
+                          message_window(io_config, TASK_CREATED))
+
+
+WINDOWS = [
+    # ioConfig fields, then (timestamp, kept?) of one event each
+    ({"lateMessageRejectionStartDateTime": "2024-01-01T11:00:00Z"}, [
+        ("2000-01-01T00:00:00Z", False),
+        ("2024-01-01T10:59:59.999Z", False),
+        ("2024-01-01T11:00:00.000Z", True),  # the bound itself is kept
+        ("2024-01-01T12:00:00Z", True),
+        ("2030-06-01T00:00:00Z", True),  # no early bound
+    ]),
+    ({"lateMessageRejectionPeriod": "PT2H"}, [  # created 12:00 - 2h = 10:00
+        ("2000-01-01T00:00:00Z", False),
+        ("2024-01-01T09:59:59.999Z", False),
+        ("2024-01-01T10:00:00.000Z", True),
+        ("2024-01-01T12:00:00Z", True),
+        ("2030-06-01T00:00:00Z", True),
+    ]),
+    ({"earlyMessageRejectionPeriod": "PT30M"}, [  # created 12:00 + taskDuration 1h + 30m = 13:30
+        ("2000-01-01T00:00:00Z", True),  # no late bound
+        ("2024-01-01T12:00:00Z", True),
+        ("2024-01-01T13:30:00.000Z", True),
+        ("2024-01-01T13:30:00.000900Z", True),  # still 13:30:00.000 in Druid's milliseconds
+        ("2024-01-01T13:30:00.001Z", False),
+        ("2030-06-01T00:00:00Z", False),
+    ]),
+]
+
+
+@pytest.mark.parametrize("io, events", WINDOWS, ids=[next(iter(io)) for io, _ in WINDOWS])
+def test_rows_outside_the_message_window_are_thrown_away_and_not_rolled_up(spark, tmp_path, io, events):
+    p = windowed(spark, io, metricsSpec=[{"type": "count", "name": "count"}])
+    values = [event(ts, page=f"row{i}") for i, (ts, _) in enumerate(events)]
+    kept = [(i, ts) for i, (ts, keep) in enumerate(events) if keep]
+    result = persist(p, values, tmp_path / "persist")
+    assert result.stats == RowStats(processed=len(kept), thrown_away=len(events) - len(kept),
+                                    processed_bytes=byte_length(values))
+    rows = sorted(table(spark.read.parquet(str(tmp_path / "persist"))), key=lambda r: r["page"])
+    assert rows == [{"__time": ms(ts.removesuffix("Z")), "page": f"row{i}", "count": 1} for i, ts in kept]
+
+
+def test_the_window_applies_to_the_transformed_time_alongside_the_filter_and_after_parsing(spark, tmp_path):
+    # window 11:00 .. 14:00 (late PT1H, early PT1H); the transform moves every row one hour later first
+    p = windowed(spark, {"lateMessageRejectionPeriod": "PT1H", "earlyMessageRejectionPeriod": "PT1H"},
+                 metricsSpec=[{"type": "count", "name": "count"}], granularitySpec={"queryGranularity": "HOUR"},
+                 transformSpec={"transforms": [{"type": "expression", "name": "__time", "expression": "__time + 3600000"}],
+                                "filter": {"type": "not", "field": {"type": "selector", "dimension": "page",
+                                                                   "value": "drop"}}})
+    values = [
+        event("2024-01-01T09:59:59Z", page="a"),  # 10:59:59 after the transform: too late
+        event("2024-01-01T10:00:00Z", page="a"),  # 11:00: kept
+        event("2024-01-01T10:30:00Z", page="a"),  # 11:30: kept
+        event("2024-01-01T10:30:00Z", page="drop"),  # inside the window, dropped by the filter
+        event("2024-01-01T09:00:00Z", page="drop"),  # outside and filtered: thrown away once
+        event("2024-01-01T13:00:00Z", page="b"),  # 14:00: kept
+        event("2024-01-01T13:00:01Z", page="b"),  # 14:00:01: too early
+        "not json",  # unparseable, not thrown away
+        event(page="no time"),  # unparseable too
+    ]
+    result = persist(p, values, tmp_path / "persist")
+    assert result.stats == RowStats(processed=3, thrown_away=4, unparseable=2, processed_bytes=byte_length(values))
+    assert table(spark.read.parquet(str(tmp_path / "persist"))) == [
+        {"__time": ms("2024-01-01T11:00"), "page": "a", "count": 2},
+        {"__time": ms("2024-01-01T14:00"), "page": "b", "count": 1},
+    ]
+
+
+def test_without_rejection_settings_no_row_is_thrown_away_for_its_time(spark, tmp_path):
+    p = windowed(spark, {}, metricsSpec=[{"type": "count", "name": "count"}])
+    values = [event("1970-01-01T00:00:00Z", page="a"), event("2999-01-01T00:00:00Z", page="a")]
+    assert persist(p, values, tmp_path / "persist").stats == RowStats(processed=2, processed_bytes=byte_length(values))

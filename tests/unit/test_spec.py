@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable
 
@@ -480,3 +480,90 @@ def test_serialized_form_has_druid_shape():
     assert serialized["dataSchema"]["dimensionsSpec"]["dimensions"] == [
         {"name": "page", "type": "string", "createBitmapIndex": True}]
     assert (serialized["context"], serialized["suspended"]) == (None, False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# message rejection windows (druid-api.md §2.2)
+
+BOTH_LATE_BOUNDS = ("SeekableStreamSupervisorIOConfig does not support both properties "
+                    "lateMessageRejectionStartDateTime and lateMessageRejectionPeriod.")
+
+
+def with_io(**fields: Any) -> dict:
+    """MINIMAL with these ioConfig fields added."""
+    return changed(MINIMAL, "spec.ioConfig", {**MINIMAL["spec"]["ioConfig"], **fields})
+
+
+def io_config(**fields: Any):
+    return parse_supervisor_spec(with_io(**fields)).spec.io_config
+
+
+def test_no_message_is_rejected_by_default():
+    io = io_config()
+    assert (io.late_message_rejection_start_date_time, io.late_message_rejection_period,
+            io.early_message_rejection_period) == (None, None, None)
+
+
+@pytest.mark.parametrize("fields, start, late, early", [
+    ({"lateMessageRejectionStartDateTime": "2024-01-01T00:00:00Z"}, datetime(2024, 1, 1, tzinfo=UTC), None, None),
+    ({"lateMessageRejectionStartDateTime": "2024-01-01T00:00:00"}, datetime(2024, 1, 1, tzinfo=UTC), None, None),
+    ({"lateMessageRejectionStartDateTime": "2024-01-01"}, datetime(2024, 1, 1, tzinfo=UTC), None, None),
+    ({"lateMessageRejectionStartDateTime": "2024-01-01T02:00:00+02:00"}, datetime(2024, 1, 1, tzinfo=UTC), None, None),
+    ({"lateMessageRejectionStartDateTime": 1704067200000}, datetime(2024, 1, 1, tzinfo=UTC), None, None),  # millis
+    ({"lateMessageRejectionPeriod": "PT1H"}, None, timedelta(hours=1), None),
+    ({"earlyMessageRejectionPeriod": "P1D"}, None, None, timedelta(days=1)),
+    ({"lateMessageRejectionPeriod": "PT10M", "earlyMessageRejectionPeriod": "PT3600S"},
+     None, timedelta(minutes=10), timedelta(hours=1)),
+    ({"lateMessageRejectionStartDateTime": "2024-01-01T00:00:00Z", "earlyMessageRejectionPeriod": "PT1H"},
+     datetime(2024, 1, 1, tzinfo=UTC), None, timedelta(hours=1)),
+    ({"lateMessageRejectionStartDateTime": "2024-01-01T00:00:00Z", "lateMessageRejectionPeriod": None},
+     datetime(2024, 1, 1, tzinfo=UTC), None, None),  # null is absent, as in Druid's serialized form
+])
+def test_message_rejection_settings_are_read_in_utc_and_iso_periods(fields, start, late, early):
+    io = io_config(**fields)
+    assert io.late_message_rejection_start_date_time == start
+    if start is not None:
+        assert io.late_message_rejection_start_date_time.tzinfo == UTC
+    assert (io.late_message_rejection_period, io.early_message_rejection_period) == (late, early)
+
+
+@pytest.mark.parametrize("fields, path, message", [
+    ({"lateMessageRejectionStartDateTime": "2024-01-01T00:00:00Z", "lateMessageRejectionPeriod": "PT1H"},
+     "spec.ioConfig.lateMessageRejectionPeriod", BOTH_LATE_BOUNDS),
+    ({"lateMessageRejectionPeriod": "PT1H", "lateMessageRejectionStartDateTime": "2024-01-01T00:00:00Z"},
+     "spec.ioConfig.lateMessageRejectionPeriod", BOTH_LATE_BOUNDS),  # the order the user wrote them in is no matter
+    ({"lateMessageRejectionPeriod": "P1M"},
+     "spec.ioConfig.lateMessageRejectionPeriod", "expected an ISO-8601 period such as PT1H or PT10M, got 'P1M'"),
+    ({"earlyMessageRejectionPeriod": "an hour"},
+     "spec.ioConfig.earlyMessageRejectionPeriod", "expected an ISO-8601 period"),
+    ({"lateMessageRejectionStartDateTime": "last tuesday"},
+     "spec.ioConfig.lateMessageRejectionStartDateTime", "valid datetime"),
+    ({"lateMessageRejectionStartDateTime": 10**30},
+     "spec.ioConfig.lateMessageRejectionStartDateTime", "epoch millis 1000000000000000000000000000000 is out of range"),
+])
+def test_invalid_message_rejection_settings_name_the_field(fields, path, message):
+    error = spec_error(with_io(**fields))
+    assert error.path == path
+    assert message in error.message
+
+
+def test_both_late_bounds_in_the_legacy_form_name_the_field_as_written():
+    payload = changed(DRUID_LEGACY, "ioConfig.lateMessageRejectionPeriod", "PT1H")
+    payload["ioConfig"]["lateMessageRejectionStartDateTime"] = "2024-01-01T00:00:00Z"
+    error = spec_error(payload)
+    assert str(error) == f"ioConfig.lateMessageRejectionPeriod: {BOTH_LATE_BOUNDS}"
+
+
+def test_message_rejection_settings_serialize_as_druid_does_and_round_trip():
+    spec = parse_supervisor_spec(with_io(lateMessageRejectionStartDateTime="2024-01-01T02:00:00+02:00",
+                                         earlyMessageRejectionPeriod="PT1H"))
+    io = spec.to_json()["ioConfig"]
+    assert (io["lateMessageRejectionStartDateTime"], io["lateMessageRejectionPeriod"],
+            io["earlyMessageRejectionPeriod"]) == ("2024-01-01T00:00:00Z", None, "PT3600S")
+    assert parse_supervisor_spec(json.loads(json.dumps(spec.to_json()))) == spec
+
+
+@pytest.mark.parametrize("tuning, expected", [(None, False), ({"type": "kafka", "resetOffsetAutomatically": True}, True)])
+def test_reset_offset_automatically_is_off_unless_asked(tuning, expected):
+    payload = MINIMAL if tuning is None else changed(MINIMAL, "spec.tuningConfig", tuning)
+    assert parse_supervisor_spec(copy.deepcopy(payload)).spec.tuning_config.reset_offset_automatically is expected
