@@ -5,8 +5,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from sluice.overlord.supervisor.plan import (
-    NOT_SET, EndGroup, KillTask, Observation, PlanConfig, RecordStartingOffsets, StartTask, SupervisorState,
-    end_group, plan,
+    NOT_SET, EndGroup, KillTask, Observation, PlanConfig, RecordStartingOffsets, ResetStoredOffsets, StartTask,
+    SupervisorState, end_group, plan,
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -152,3 +152,30 @@ def test_a_new_partition_ends_its_group_early_and_joins_the_next_one():
     decided = plan(state, grown, CONFIG)
     assert decided.actions == [RecordStartingOffsets({2: 0}), StartTask(0)]
     assert decided.state.active[0].starting_offsets == {0: 9, 2: 0}
+
+
+def gone(stored, earliest, latest, **config):
+    """The stream no longer holds the committed offsets (retention, or the topic was re-created)."""
+    cfg = PlanConfig(**{**CONFIG.__dict__, "task_count": 1, **config})
+    obs = Observation(T0, [0, 1], stored, {}, {}, earliest_offsets=earliest, latest_offsets=latest)
+    return plan(SupervisorState(), obs, cfg)
+
+
+def test_offsets_gone_from_the_stream_block_the_group_with_a_clear_error():
+    decided = gone({0: 500, 1: 20}, earliest={0: 0, 1: 0}, latest={0: 100, 1: 100})
+    assert decided.actions == [] and decided.state.active == {}
+    assert decided.blocked == [
+        "Previous sequenceNumber [500] is no longer available for partition [0] (the stream holds [0, 100]). "
+        "You can clear the previous sequenceNumber and start reading from a valid message by using the "
+        "supervisor's reset API."]
+
+
+@pytest.mark.parametrize("use_earliest, restart", [(True, 0), (False, 100)])
+def test_reset_offset_automatically_restarts_the_partition_and_says_so(use_earliest, restart):
+    decided = gone({0: 500, 1: 20}, earliest={0: 0, 1: 0}, latest={0: 100, 1: 100},
+                   reset_offset_automatically=True, use_earliest_offset=use_earliest)
+    assert decided.actions == [ResetStoredOffsets({0: restart}), StartTask(0)]
+    assert decided.state.active[0].starting_offsets == {0: restart, 1: 20}
+    assert decided.errors == [f"Offsets were reset automatically, potential data duplication or loss: "
+                              f"partition [0] from [500] to [{restart}]"]
+    assert decided.blocked == []

@@ -31,6 +31,8 @@ class TaskGroup:
     #: the sequence name replicas share; segment allocation is keyed by it
     base_sequence_name: str
     created: datetime
+    #: creation order among all groups of the supervisor (clock readings can tie)
+    generation: int = 0
     task_ids: set[str] = field(default_factory=set)
     #: set when the group stops reading: the offsets it publishes up to, and when to give up on it
     end_offsets: dict[int, int] | None = None
@@ -48,6 +50,8 @@ class SupervisorState:
     #: the version of the time-chunk lock all tasks of this supervisor share (Druid: tasks of one groupId
     #: share locks), so that appending groups allocate into one version of a chunk; kept across updates
     lock_version: str | None = None
+    #: the generation the next created group gets
+    next_generation: int = 0
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,9 @@ class PlanConfig:
     completion_timeout: timedelta
     #: a suspended supervisor lets its reading groups publish and starts no new ones
     suspended: bool = False
+    #: start a partition over (earliest or latest) when its offset is gone from the stream, with an alert
+    reset_offset_automatically: bool = False
+    use_earliest_offset: bool = False
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,9 @@ class Observation:
     initial_offsets: dict[int, int]
     #: RUNNING, SUCCESS or FAILED for every task the runner knows; an absent task is gone
     task_statuses: dict[str, str]
+    #: what the stream holds now, per partition: offsets outside [earliest, latest] cannot be read
+    earliest_offsets: dict[int, int] = field(default_factory=dict)
+    latest_offsets: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -93,6 +103,13 @@ class KillTask:
 
 
 @dataclass(frozen=True)
+class ResetStoredOffsets:
+    """Overwrite the committed offsets of partitions whose offsets are gone from the stream."""
+
+    offsets: dict[int, int]
+
+
+@dataclass(frozen=True)
 class RecordStartingOffsets:
     """Store the first starting offsets of partitions nothing was committed for, before any task reads
     them: a later generation's publish then waits for the earlier one instead of racing it."""
@@ -100,14 +117,17 @@ class RecordStartingOffsets:
     offsets: dict[int, int]
 
 
-Action = StartTask | EndGroup | KillTask | RecordStartingOffsets
+Action = StartTask | EndGroup | KillTask | RecordStartingOffsets | ResetStoredOffsets
 
 
 @dataclass(frozen=True)
 class Plan:
     state: SupervisorState
     actions: list[Action]
+    #: what went wrong with tasks (recorded in recentErrors)
     errors: list[str]
+    #: what keeps the supervisor from reading some partitions; a run with any counts as failed
+    blocked: list[str] = field(default_factory=list)
 
 
 def group_of(partition: int, task_count: int) -> int:
@@ -118,6 +138,7 @@ def plan(current: SupervisorState, obs: Observation, config: PlanConfig) -> Plan
     state = copy.deepcopy(current)
     actions: list[Action] = []
     errors: list[str] = []
+    blocked: list[str] = []
     state.lock_version = state.lock_version or format_timestamp(obs.now)  # versions sort as strings
     _update_partitions(state, obs)
     _check_pending_completion(state, obs, actions, errors)
@@ -126,8 +147,8 @@ def plan(current: SupervisorState, obs: Observation, config: PlanConfig) -> Plan
         actions += [EndGroup(group_id) for group_id in state.active]
     else:
         _check_task_duration(state, obs, config, actions)
-        _create_groups(state, obs, config, actions)
-    return Plan(state, actions, errors)
+        _create_groups(state, obs, config, actions, errors, blocked)
+    return Plan(state, actions, errors, blocked)
 
 
 def _update_partitions(state: SupervisorState, obs: Observation) -> None:
@@ -137,27 +158,36 @@ def _update_partitions(state: SupervisorState, obs: Observation) -> None:
 
 def _check_pending_completion(state: SupervisorState, obs: Observation, actions: list[Action], errors: list[str]) -> None:
     """A publishing group is done when one replica succeeds; when all fail or it times out, it and every
-    later group of its partitions are killed and the partitions restart from the committed offsets."""
-    for group_id, groups in list(state.pending.items()):
-        for index, group in enumerate(groups):
-            statuses = [obs.task_statuses.get(t, "FAILED") for t in group.task_ids]
-            if "SUCCESS" in statuses:
-                actions += [KillTask(t, "another replica published") for t in group.task_ids
-                            if obs.task_statuses.get(t) == "RUNNING"]
-                group.task_ids.clear()
-            elif "RUNNING" not in statuses or obs.now >= group.completion_deadline:
-                reason = "all replicas failed to publish" if "RUNNING" not in statuses else "completionTimeout exceeded"
-                errors.append(f"task group {group_id} ({', '.join(sorted(group.task_ids))}): {reason}")
-                later = groups[index:] + _pop_reading_groups(state, set(group.starting_offsets))
-                actions += [KillTask(t, reason) for g in later for t in g.task_ids
-                            if obs.task_statuses.get(t) == "RUNNING"]
-                for partition in group.starting_offsets:
+    later group reading any of its partitions (publishing or reading, under any group id, since taskCount
+    may have changed in between) are killed, and their partitions restart from the committed offsets."""
+    for group in sorted((g for gs in state.pending.values() for g in gs), key=lambda g: g.generation):
+        if not group.task_ids:
+            continue  # already dropped as a later group of an earlier failure
+        statuses = [obs.task_statuses.get(t, "FAILED") for t in group.task_ids]
+        if "SUCCESS" in statuses:
+            actions += [KillTask(t, "another replica published") for t in group.task_ids
+                        if obs.task_statuses.get(t) == "RUNNING"]
+            group.task_ids = set()
+        elif "RUNNING" not in statuses or obs.now >= group.completion_deadline:
+            reason = "all replicas failed to publish" if "RUNNING" not in statuses else "completionTimeout exceeded"
+            errors.append(f"task group {group.group_id} ({', '.join(sorted(group.task_ids))}): {reason}")
+            later = _later_pending_groups(state, group)
+            errors += [f"task group {g.group_id} ({', '.join(sorted(g.task_ids))}): dropped, an earlier task group "
+                       f"of its partitions failed to publish" for g in later]
+            doomed = [group, *later, *_pop_reading_groups(state, set(group.starting_offsets))]
+            actions += [KillTask(t, reason) for g in doomed for t in sorted(g.task_ids)
+                        if obs.task_statuses.get(t) == "RUNNING"]
+            for doomed_group in doomed:
+                for partition in doomed_group.starting_offsets:
                     state.partition_offsets[partition] = NOT_SET
-                groups[index:] = []
-                break
-        state.pending[group_id] = [g for g in groups if g.task_ids]
-        if not state.pending[group_id]:
-            del state.pending[group_id]
+                doomed_group.task_ids = set()
+    state.pending = {i: kept for i, gs in state.pending.items() if (kept := [g for g in gs if g.task_ids])}
+
+
+def _later_pending_groups(state: SupervisorState, failed: TaskGroup) -> list[TaskGroup]:
+    partitions = set(failed.starting_offsets)
+    return [g for gs in state.pending.values() for g in gs
+            if g.task_ids and g.generation > failed.generation and partitions & set(g.starting_offsets)]
 
 
 def _pop_reading_groups(state: SupervisorState, partitions: set[int]) -> list[TaskGroup]:
@@ -189,29 +219,71 @@ def _check_task_duration(state: SupervisorState, obs: Observation, config: PlanC
             actions.append(EndGroup(group_id))
 
 
-def _create_groups(state: SupervisorState, obs: Observation, config: PlanConfig, actions: list[Action]) -> None:
+def _create_groups(state: SupervisorState, obs: Observation, config: PlanConfig, actions: list[Action],
+                   errors: list[str], blocked: list[str]) -> None:
     ending = {a.group_id for a in actions if isinstance(a, EndGroup)}
     groups: dict[int, list[int]] = {}
     for partition in sorted(obs.partitions):
         groups.setdefault(group_of(partition, config.task_count), []).append(partition)
     first_offsets: dict[int, int] = {}
+    reset_offsets: dict[int, int] = {}
     for group_id, partitions in groups.items():
         if group_id in ending:
             continue  # the next group starts once this one's end offsets are known
         if group_id not in state.active:
-            starting = {}
-            for partition in partitions:
-                offset = state.partition_offsets.get(partition, NOT_SET)
-                if offset == NOT_SET:
-                    offset = obs.stored_offsets.get(partition, NOT_SET)
-                if offset == NOT_SET:
-                    offset = first_offsets[partition] = obs.initial_offsets[partition]
-                starting[partition] = offset
-            state.active[group_id] = TaskGroup(group_id, starting, sequence_name(config, group_id, starting), obs.now)
+            starting = {p: _starting_offset(state, obs, config, p, first_offsets, reset_offsets, errors, blocked)
+                        for p in partitions}
+            if None in starting.values():
+                continue  # a partition cannot be read: this group waits for an operator's reset
+            state.active[group_id] = TaskGroup(group_id, starting, sequence_name(config, group_id, starting), obs.now,
+                                               state.next_generation)
+            state.next_generation += 1
         missing = config.replicas - len(state.active[group_id].task_ids)
         actions += [StartTask(group_id)] * max(missing, 0)
+    if reset_offsets:
+        actions.insert(0, ResetStoredOffsets(reset_offsets))
     if first_offsets:
         actions.insert(0, RecordStartingOffsets(first_offsets))
+
+
+def _starting_offset(state: SupervisorState, obs: Observation, config: PlanConfig, partition: int,
+                     first_offsets: dict[int, int], reset_offsets: dict[int, int], errors: list[str],
+                     blocked: list[str]) -> int | None:
+    """Where a new group reads `partition` from: the previous group's end, else the committed offset, else
+    the initial one (recorded). An offset the stream no longer holds is never skipped silently."""
+    offset = state.partition_offsets.get(partition, NOT_SET)
+    if offset == NOT_SET:
+        offset = obs.stored_offsets.get(partition, NOT_SET)
+    if offset == NOT_SET:
+        first_offsets[partition] = obs.initial_offsets[partition]
+        return first_offsets[partition]
+    if _available(obs, partition, offset):
+        return offset
+    if not config.reset_offset_automatically:
+        blocked.append(_unavailable(obs, partition, offset))
+        return None
+    restart = reset_offsets[partition] = state.partition_offsets[partition] = _restart_offset(obs, config, partition)
+    errors.append(f"Offsets were reset automatically, potential data duplication or loss: partition [{partition}] "
+                  f"from [{offset}] to [{restart}]")
+    return restart
+
+
+def _available(obs: Observation, partition: int, offset: int) -> bool:
+    earliest = obs.earliest_offsets.get(partition, offset)
+    latest = obs.latest_offsets.get(partition, offset)
+    return earliest <= offset <= latest
+
+
+def _restart_offset(obs: Observation, config: PlanConfig, partition: int) -> int:
+    return (obs.earliest_offsets if config.use_earliest_offset else obs.latest_offsets)[partition]
+
+
+def _unavailable(obs: Observation, partition: int, offset: int) -> str:
+    """Druid's message, plus what the stream holds now."""
+    return (f"Previous sequenceNumber [{offset}] is no longer available for partition [{partition}] "
+            f"(the stream holds [{obs.earliest_offsets.get(partition)}, {obs.latest_offsets.get(partition)}]). "
+            f"You can clear the previous sequenceNumber and start reading from a valid message by using the "
+            f"supervisor's reset API.")
 
 
 def sequence_name(config: PlanConfig, group_id: int, starting_offsets: dict[int, int]) -> str:

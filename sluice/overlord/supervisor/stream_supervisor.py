@@ -21,8 +21,8 @@ from typing import Any, Callable, TypeVar
 from sluice.metadata.offsets import StreamOffsets
 from sluice.metadata.store import MetadataStore
 from sluice.overlord.supervisor.plan import (
-    NOT_SET, EndGroup, KillTask, Observation, PlanConfig, RecordStartingOffsets, StartTask, SupervisorState, end_group,
-    plan,
+    NOT_SET, EndGroup, KillTask, Observation, PlanConfig, RecordStartingOffsets, ResetStoredOffsets, StartTask,
+    SupervisorState, end_group, plan,
 )
 from sluice.overlord.task_runner import TaskRunner
 from sluice.timestamps import format_timestamp
@@ -55,7 +55,8 @@ class StreamSupervisor:
         self.spec = spec
         io = spec.spec.io_config
         self.config = PlanConfig(spec.id, io.task_count, io.replicas, io.task_duration, io.completion_timeout,
-                                 spec.suspended)
+                                 spec.suspended, spec.spec.tuning_config.reset_offset_automatically,
+                                 io.use_earliest_offset)
         self.state = state or SupervisorState()
         self._runner = runner
         self._metadata = metadata
@@ -208,9 +209,11 @@ class StreamSupervisor:
             self.state = decided.state
             for message in decided.errors:
                 self._record_error("TaskFailure", message)
+            for message in decided.blocked:
+                self._record_error("StreamException", message, stream=True)
             for action in decided.actions:
                 self._execute(action)
-            self._failed_runs = 0
+            self._failed_runs = self._failed_runs + 1 if decided.blocked else 0
         except Exception as error:  # the supervisor keeps running; UNHEALTHY_SUPERVISOR after a few of these
             log.exception("supervisor %s run failed", self.spec.id)
             self._failed_runs += 1
@@ -231,23 +234,23 @@ class StreamSupervisor:
             raise StreamError(f"the metadata store has offsets of stream [{stored.stream}], not [{io.topic}]; "
                               f"reset the supervisor to start over")
         stored_offsets = stored.offsets if stored else {}
-        unseen = [p for p in partitions if p not in stored_offsets]
+        earliest = self._stream.earliest_offsets(partitions)
         from_earliest = io.use_earliest_offset or bool(self.state.partition_offsets)  # a partition added later
-        initial = (self._stream.earliest_offsets(unseen) if from_earliest else
-                   {p: latest[p] for p in unseen}) if unseen else {}
+        initial = {p: (earliest if from_earliest else latest)[p] for p in partitions if p not in stored_offsets}
         task_ids = {t for g in self.state.active.values() for t in g.task_ids}
         task_ids |= {t for gs in self.state.pending.values() for g in gs for t in g.task_ids}
         statuses = {t: s.status_code for t in task_ids if (s := self._runner.status(t)) is not None}
-        return Observation(self._clock(), partitions, stored_offsets, initial, statuses)
+        return Observation(self._clock(), partitions, stored_offsets, initial, statuses, earliest, latest)
 
     def _execute(self, action: Any) -> None:
         io = self.spec.spec.io_config
-        if isinstance(action, RecordStartingOffsets):
+        if isinstance(action, (RecordStartingOffsets, ResetStoredOffsets)):
             self._metadata.reset_stream_offsets(self.spec.id, StreamOffsets(io.topic, action.offsets))
         elif isinstance(action, StartTask):
             group = self.state.active[action.group_id]
             task = KafkaIndexTaskSpec(new_task_id(self.spec.id, group.base_sequence_name), group.group_id,
-                                      group.base_sequence_name, self.spec.spec, dict(group.starting_offsets))
+                                      group.base_sequence_name, self.spec.spec, dict(group.starting_offsets),
+                                      created=group.created, lock_version=self.state.lock_version)
             group.task_ids.add(task.id)
             self._runner.run(task)
         elif isinstance(action, KillTask):
