@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install quickstart test test-deps bench clean
+.PHONY: install quickstart test test-deps bench bench-smoke clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,12 @@ test-deps:  ## what the tests start besides Python: Java 17 for Spark, Debian's 
 
 test: install test-deps  ## the whole suite: unit tests, then real Kafka/Spark/SQLite/PostgreSQL/HTTP tests
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+bench: install  ## ingestion, freshness, query latency and task memory side by side (~10 min); writes benchmarks/results.json
+	$(PY) benchmarks/run_all.py $(ARGS)
+
+bench-smoke: install  ## every benchmark at tiny sizes, to prove the scripts work; writes benchmarks/results-smoke.json
+	$(PY) benchmarks/run_all.py --smoke $(ARGS)
 
 clean:
 	rm -rf var .pytest_cache

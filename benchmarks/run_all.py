@@ -1,0 +1,311 @@
+"""Run every benchmark, each in its own process, and print their figures side by side.
+
+Why one driver: the issue's targets compare figures from one run on one machine (Sluice vs a
+hand-written PySpark job vs plain Python; Sluice's SQL vs Spark SQL vs DuckDB), so they are
+collected together, checked against the targets and written to ``benchmarks/results.json``.
+
+Other work on the machine skews everything here (2 cores), so the driver waits for the machine to be
+quiet before it starts (``--quiet-wait``) and measures the CPU time other processes used during the
+run; both are in the results.
+
+    make bench          # full sizes, ~10 minutes on 2 cores
+    make bench-smoke    # tiny sizes: proves every script works
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+from rich.console import Console
+from rich.table import Table
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from common import log, machine  # noqa: E402
+
+#: (script, full-size arguments, smoke arguments)
+BENCHMARKS: list[tuple[str, list[str], list[str]]] = [
+    ("ingest", ["--events", "1000000"],
+     ["--events", "20000", "--task-duration", "PT3S"]),
+    ("freshness", ["--rate", "20000", "--seconds", "60", "--task-duration", "PT5S"],
+     ["--rate", "1000", "--seconds", "6", "--task-duration", "PT2S", "--warmup", "1", "--warmup-events", "0"]),
+    ("queries", ["--rows", "10000000", "--reps", "20", "--spark-reps", "7"],
+     ["--rows", "50000", "--days", "1", "--reps", "2", "--spark-reps", "1"]),
+    ("memory", ["--events", "500000", "--settings", "20000,150000"],
+     ["--events", "10000", "--settings", "5000", "--task-duration", "PT3S"]),
+]
+
+
+class ForeignCpu:
+    """CPU seconds used by processes that are not ours while the benchmarks run."""
+
+    def __init__(self, interval: float = 2.0) -> None:
+        self.interval = interval
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _ours(self) -> set[int]:
+        me = psutil.Process()
+        return {me.pid, *(p.pid for p in me.children(recursive=True))}
+
+    def _sample(self) -> None:
+        ours = self._ours()
+        for process in psutil.process_iter(["pid", "cpu_times"]):
+            if process.pid in ours or process.info["cpu_times"] is None:
+                continue
+            used = process.info["cpu_times"].user + process.info["cpu_times"].system
+            self.first.setdefault(process.pid, 0.0)  # a process started during the run counts from zero
+            self.last[process.pid] = used
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.interval)
+
+    def start(self) -> None:
+        self._sample()  # processes running at the start count only from now
+        self.first = dict(self.last)
+        self._thread.start()
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        return sum(max(0.0, used - self.first.get(pid, 0.0)) for pid, used in self.last.items())
+
+
+def wait_until_quiet(max_wait: float, threshold: float = 15.0, window: float = 15.0) -> dict[str, Any]:
+    """Wait (up to ``max_wait`` s) until the machine's CPU use stays under ``threshold`` % for ``window`` s."""
+    began = time.monotonic()
+    quiet_since: float | None = None
+    while True:
+        busy = psutil.cpu_percent(interval=5.0)
+        now = time.monotonic()
+        quiet_since = (quiet_since or now - 5.0) if busy < threshold else None
+        if (quiet_since is not None and now - quiet_since >= window) or now - began >= max_wait:
+            return {"cpu_percent_before_start": busy, "waited_s": round(now - began, 1),
+                    "quiet": quiet_since is not None}
+        log(f"machine {'busy' if quiet_since is None else 'quiet'} ({busy:.0f}% CPU used); "
+            "waiting for a quiet machine before starting")
+
+
+def run_benchmark(name: str, args: list[str], timeout: float) -> dict[str, Any]:
+    command = [sys.executable, str(HERE / f"{name}.py"), *args, "--json"]
+    log(f"=== {name}: {' '.join(command[1:])}")
+    began = time.monotonic()
+    completed = subprocess.run(command, stdout=subprocess.PIPE, text=True, timeout=timeout, cwd=HERE.parent)
+    elapsed = time.monotonic() - began
+    lines = [line for line in completed.stdout.splitlines() if line.strip()]
+    if completed.returncode != 0 or not lines:
+        return {"benchmark": name, "error": f"exit code {completed.returncode}", "wall_s": round(elapsed, 1)}
+    try:
+        result = json.loads(lines[-1])
+    except json.JSONDecodeError:
+        return {"benchmark": name, "error": "no JSON on the last stdout line", "wall_s": round(elapsed, 1)}
+    result["wall_s"] = round(elapsed, 1)
+    log(f"=== {name} done in {elapsed:.0f}s")
+    return result
+
+
+# ---------------------------------------------------------------------------------------------- summary
+
+def _n(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float) and digits:
+        return f"{value:,.{digits}f}"
+    return f"{value:,.0f}" if isinstance(value, int | float) else str(value)
+
+
+def _target(ok: bool | None) -> str:
+    return "–" if ok is None else ("[green]met[/]" if ok else "[red]not met[/]")
+
+
+def summarize(results: dict[str, Any], console: Console) -> dict[str, Any]:
+    """Print one table per benchmark and return the issue's targets, each met or not."""
+    targets: dict[str, Any] = {}
+    ingest = results.get("ingest", {})
+    if "variants" in ingest:
+        v = ingest["variants"]
+        a, b, c = v.get("python", {}), v.get("pyspark", {}), v.get("sluice", {})
+        table = Table(title=f"Ingestion: {ingest['events']:,} events, 4 partitions "
+                            f"({ingest['mean_event_bytes']} B/event)", title_justify="left")
+        for column in ("variant", "events/s", "how it is timed", "peak RSS MB (tree)", "CPU s"):
+            table.add_column(column, justify="left" if column in ("variant", "how it is timed") else "right")
+        table.add_row("(a) Python, 1 thread", _n(a.get("events_per_s")), "consume + json.loads",
+                      _n(a.get("peak_rss_mb")), _n(a.get("cpu_s"), 1))
+        table.add_row("(b) PySpark job, cold", _n(b.get("cold_events_per_s")),
+                      f"first job of the session ({_n(b.get('cold_s'), 1)} s)", _n(b.get("peak_rss_mb")),
+                      _n(b.get("cpu_s"), 1))
+        table.add_row("(b) PySpark job, warm", _n(b.get("warm_events_per_s")),
+                      f"second run ({_n(b.get('warm_s'), 1)} s)", "", "")
+        table.add_row("(c) Sluice, steady reading", _n(c.get("steady_events_per_s")),
+                      "10→90 % of offsets read", _n(c.get("peak_rss_mb")), _n(c.get("cpu_s"), 1))
+        table.add_row("(c) Sluice, submit → queryable", _n(c.get("events_per_s")),
+                      f"{_n(c.get('submit_to_queryable_s'), 1)} s, taskDuration {c.get('task_duration')}", "", "")
+        console.print(table)
+        r = ingest["ratios"]
+        phases = c.get("phases_s", {})
+        console.print(
+            f"  ratios: (c) steady / (b) warm = {_n(r.get('sluice_steady_vs_pyspark_warm'), 2)}, "
+            f"/ (b) cold = {_n(r.get('sluice_steady_vs_pyspark_cold'), 2)}, / (a) = {_n(r.get('sluice_steady_vs_python'), 2)}; "
+            f"(c) end-to-end / (b) cold = {_n(r.get('sluice_end_to_end_vs_pyspark_cold'), 2)}, "
+            f"/ (a) = {_n(r.get('sluice_end_to_end_vs_python'), 2)}\n"
+            f"  Sluice phases (s): " + ", ".join(f"{k} {_n(val, 1)}" for k, val in phases.items())
+            + "; timeline (s after submit): "
+            + ", ".join(f"{k} {_n(val, 1)}" for k, val in c.get("timeline_s", {}).items())
+            + f"; read jobs: {_n(c.get('mean_rows_per_job'))} rows in {_n(c.get('mean_job_s'), 2)} s each; "
+            f"task row stats: {c.get('row_stats')}\n"
+            f"  node start-up (not timed): {_n(c.get('node_startup_s'), 1)} s; Spark session start-up in (b): "
+            f"{_n(b.get('spark_startup_s'), 1)} s")
+        targets["ingest (c) >= 0.9 x (b)  [steady vs warm]"] = _ge(r.get("sluice_steady_vs_pyspark_warm"), 0.9)
+        targets["ingest (c) >= 1.2 x (a)  [steady]"] = _ge(r.get("sluice_steady_vs_python"), 1.2)
+
+    fresh = results.get("freshness", {})
+    if "latency" in fresh:
+        table = Table(title=f"Freshness: {fresh['rate_achieved']:,} events/s for {fresh['seconds']:.0f} s, "
+                            f"taskDuration {fresh['task_duration']}, period {fresh['period']}", title_justify="left")
+        for column in ("events", "p50 s", "p95 s", "p99 s", "max s", "visible", "peak RSS MB"):
+            table.add_column(column, justify="right")
+        for label, key in (("after warm-up", "latency"), ("all", "latency_including_warmup")):
+            lat = fresh[key]
+            table.add_row(f"{lat['events']:,} ({label})", _n(lat["p50_s"], 2), _n(lat["p95_s"], 2),
+                          _n(lat["p99_s"], 2), _n(lat["max_s"], 2),
+                          f"{fresh['events_visible']:,}/{fresh['events_produced']:,}", _n(fresh.get("peak_rss_mb")))
+        console.print(table)
+        if fresh.get("events_not_visible_within_drain_timeout"):
+            console.print(f"  [red]{fresh['events_not_visible_within_drain_timeout']:,} events were not visible "
+                          f"{fresh['drain_timeout_s']:.0f} s after producing stopped: Sluice fell behind the rate; "
+                          "they count with the time waited so far, so these percentiles are lower bounds[/]")
+        targets["freshness p50 <= 3 s"] = _le(fresh["latency"]["p50_s"], 3)
+        targets["freshness p95 <= 10 s"] = _le(fresh["latency"]["p95_s"], 10)
+
+    queries = results.get("queries", {})
+    if "shapes" in queries:
+        table = Table(title=f"Query latency p50 / p95 ms: {queries['rows']:,} rows, {queries['segment_files']} "
+                            f"hourly segment files, {queries['data_mb']} MB", title_justify="left")
+        engines = ["sluice_http", "sluice_engine", "spark_sql", "duckdb"]
+        table.add_column("shape")
+        for engine in engines:
+            table.add_column(engine, justify="right")
+        table.add_column("Spark / Sluice", justify="right")
+        table.add_column("Sluice / DuckDB", justify="right")
+        for shape, data in queries["shapes"].items():
+            cells = []
+            for engine in engines:
+                e = data["engines"][engine]
+                mark = "" if e["same_result_as_duckdb"] else " [red]≠[/]"
+                cells.append(f"{_n(e['p50_ms'], 1)} / {_n(e['p95_ms'], 1)}{mark}")
+            table.add_row(shape, *cells, _n(data["spark_vs_sluice_http"], 1), _n(data["sluice_http_vs_duckdb"], 1))
+        console.print(table)
+        console.print("  Sluice = POST /druid/v2/sql (sluice_http) and SqlEngine.execute (sluice_engine); "
+                      "ratios use sluice_http p50")
+        for shape in ("timeseries", "topN"):
+            data = queries["shapes"][shape]
+            targets[f"SQL {shape} p50 < 100 ms"] = _le(data["engines"]["sluice_http"]["p50_ms"], 100, strict=True)
+            targets[f"SQL {shape} >= 10x faster than Spark"] = _ge(data["spark_vs_sluice_http"], 10)
+            targets[f"SQL {shape} within 2x of DuckDB"] = _le(data["sluice_http_vs_duckdb"], 2)
+
+    memory = results.get("memory", {})
+    if "runs" in memory:
+        table = Table(title=f"Task memory: {memory['events']:,} events, taskDuration {memory['task_duration']}, "
+                            "node process tree RSS (MB)", title_justify="left")
+        for column in ("maxRowsInMemory", "idle node", "peak reading", "peak publishing", "peak",
+                       "driver / JVM / py workers", "rows per job", "s per job", "submit → queryable s"):
+            table.add_column(column, justify="right")
+        for run in memory["runs"]:
+            roles = run["peak_rss_by_role_mb"]
+            table.add_row(_n(run["max_rows_in_memory"]), _n(run["idle_node_rss_mb"]), _n(run["peak_rss_reading_mb"]),
+                          _n(run["peak_rss_publishing_mb"]), _n(run["peak_rss_mb"]),
+                          f"{_n(roles.get('driver'))} / {_n(roles.get('jvm'))} / {_n(roles.get('python_workers'))}",
+                          _n(run.get("mean_rows_per_job")), _n(run.get("mean_job_s"), 2),
+                          _n(run["submit_to_queryable_s"], 1))
+        console.print(table)
+
+    for name, result in results.items():
+        if "error" in result:
+            console.print(f"[red]{name} failed: {result['error']}[/]")
+        for variant, figures in result.get("variants", {}).items():
+            if "error" in figures:
+                console.print(f"[red]{name} variant {variant} failed: {figures['error'][:500]}[/]")
+    if targets:
+        table = Table(title="Targets of issue 6", title_justify="left")
+        table.add_column("target")
+        table.add_column("result")
+        for target, ok in targets.items():
+            table.add_row(target, _target(ok))
+        console.print(table)
+    return {target: ok for target, ok in targets.items()}
+
+
+def _ge(value: float | None, bound: float) -> bool | None:
+    return None if value is None else value >= bound
+
+
+def _le(value: float | None, bound: float, strict: bool = False) -> bool | None:
+    if value is None:
+        return None
+    return value < bound if strict else value <= bound
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: proves the scripts work")
+    parser.add_argument("--only", default="", help="comma-separated subset of: "
+                        + ", ".join(name for name, _, _ in BENCHMARKS))
+    parser.add_argument("--out", type=Path, default=None,
+                        help="results file (default: benchmarks/results.json, smoke: benchmarks/results-smoke.json)")
+    parser.add_argument("--quiet-wait", type=float, default=None,
+                        help="seconds to wait for other work on the machine to stop (default 120, smoke 0)")
+    parser.add_argument("--timeout", type=float, default=1200.0, help="per benchmark, seconds")
+    args = parser.parse_args()
+    out = args.out or HERE / ("results-smoke.json" if args.smoke else "results.json")
+    only = {name.strip() for name in args.only.split(",") if name.strip()}
+    quiet_wait = args.quiet_wait if args.quiet_wait is not None else (0.0 if args.smoke else 120.0)
+
+    console = Console(width=max(140, Console().width))
+    began = time.monotonic()
+    quiet = wait_until_quiet(quiet_wait) if quiet_wait > 0 else {}
+    foreign = ForeignCpu()
+    foreign.start()
+    results: dict[str, Any] = {}
+    for name, full, smoke in BENCHMARKS:
+        if only and name not in only:
+            continue
+        results[name] = run_benchmark(name, smoke if args.smoke else full, args.timeout)
+    foreign_cpu_s = foreign.stop()
+    wall_s = time.monotonic() - began
+    console.print()
+    targets = summarize(results, console)
+    report = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "smoke": args.smoke,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(time.time() - wall_s)),
+        "wall_s": round(wall_s, 1),
+        "machine": machine(),
+        "other_processes_cpu_s": round(foreign_cpu_s, 1),
+        "other_processes_cpu_share": round(foreign_cpu_s / (wall_s * (os.cpu_count() or 1)), 3),
+        **({"quiet_check": quiet} if quiet else {}),
+        "targets": targets,
+        "results": results,
+    }
+    out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    console.print(f"\nwall time {wall_s:.0f} s; other processes used {foreign_cpu_s:.0f} CPU s "
+                  f"({100 * report['other_processes_cpu_share']:.0f} % of the machine) meanwhile; wrote {out}")
+    if any("error" in r or any("error" in v for v in r.get("variants", {}).values()) for r in results.values()):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
