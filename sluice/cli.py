@@ -1,4 +1,5 @@
-"""The `sluice` command: `sluice start` runs a node, `sluice quickstart` shows the whole path."""
+"""The `sluice` command: `sluice start` runs all-in-one, `sluice overlord|worker|broker` one role each,
+`sluice quickstart` shows the whole path."""
 
 from __future__ import annotations
 
@@ -6,18 +7,35 @@ import argparse
 import logging
 from pathlib import Path
 
+from sluice.server.roles import Role
+
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="sluice", description="Druid-compatible ingestion and SQL on Spark")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    start = commands.add_parser("start", help="run overlord, worker and broker in one process")
-    start.add_argument("--host", default="127.0.0.1")
-    start.add_argument("--port", type=int, default=8888)
-    start.add_argument("--work-dir", type=Path, default=Path("var"))
-    start.add_argument("--metadata-uri", help="sqlite:///… (default: <work-dir>/metadata.db) or postgresql+psycopg://…")
-    start.add_argument("--deep-storage", help="file:///… (default: <work-dir>/deep-storage) or s3://bucket/prefix")
-    start.add_argument("--spark-master", default="local[*]")
+    roles = {
+        "start": ("run overlord and broker in one process, tasks as threads of it", Role.ALL_IN_ONE, 8888),
+        "overlord": ("run the overlord: supervisors, task queue, tasks on workers", Role.OVERLORD, 8090),
+        "worker": ("run a worker: tasks as peon processes", Role.WORKER, 8091),
+        "broker": ("run the broker: Druid SQL", Role.BROKER, 8082),
+    }
+    for name, (description, role, port) in roles.items():
+        command = commands.add_parser(name, help=description)
+        command.set_defaults(role=role)
+        command.add_argument("--host", default="127.0.0.1")
+        command.add_argument("--port", type=int, default=port)
+        command.add_argument("--work-dir", type=Path, default=Path("var"))
+        command.add_argument("--metadata-uri", help="sqlite:///… (default: <work-dir>/metadata.db) or "
+                                                    "postgresql+psycopg://…")
+        command.add_argument("--deep-storage", help="file:///… (default: <work-dir>/deep-storage) or s3://bucket/prefix")
+        command.add_argument("--spark-master", default="local[*]" if role is Role.ALL_IN_ONE else "local[2]",
+                             help="the Spark master tasks run on")
+        if role is Role.WORKER:
+            command.add_argument("--capacity", type=int, default=2, help="tasks (peons) at once")
+        if role is Role.OVERLORD:
+            command.add_argument("--worker-select-strategy", default="equalDistribution",
+                                 choices=["equalDistribution", "fillCapacity"])
 
     quickstart = commands.add_parser("quickstart", help="dev broker + sample data + example spec + SQL")
     quickstart.add_argument("--work-dir", type=Path, default=Path("var"))
@@ -28,13 +46,14 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.command == "start":
+    if args.command in roles:
         from sluice.server.node import Node, NodeConfig
 
         node = Node(NodeConfig(args.host, args.port, args.work_dir, args.metadata_uri, args.deep_storage,
-                               args.spark_master))
+                               args.spark_master, args.role, getattr(args, "capacity", 2),
+                               getattr(args, "worker_select_strategy", "equalDistribution")))
         node.start()
-        print(f"Sluice serves on http://{args.host}:{args.port} (Ctrl-C to stop)")
+        print(f"Sluice {args.role.value} serves on http://{args.host}:{args.port} (Ctrl-C to stop)")
         node.lifecycle.join()
     else:
         from sluice.dev.quickstart import run

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine, event, func, insert, select, update
+from sqlalchemy import Connection, Engine, create_engine, delete, event, func, insert, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
@@ -63,6 +63,17 @@ class TaskRecord:
     payload: dict[str, Any]
     status: dict[str, Any]
     active: bool
+
+
+@dataclass(frozen=True)
+class Announcement:
+    """A node that said it serves: its role, where, and what it offers (e.g. a worker's capacity)."""
+
+    role: str
+    host: str
+    port: int
+    payload: dict[str, Any]
+    heartbeat_millis: int
 
 
 class SegmentAllocationError(Exception):
@@ -336,6 +347,52 @@ class MetadataStore:
         with self._reader.connect() as conn:
             return [_task_record(row) for row in conn.execute(query)]
 
+    # -- task locks --------------------------------------------------------------------------
+
+    def add_lock(self, task_id: str, payload: dict[str, Any]) -> int:
+        with self._engine.begin() as conn:
+            result = conn.execute(insert(tables.task_locks).values(task_id=task_id, lock_payload=_dump(payload)))
+            return int(result.inserted_primary_key[0])
+
+    def remove_lock(self, lock_id: int) -> None:
+        with self._engine.begin() as conn:
+            conn.execute(delete(tables.task_locks).where(tables.task_locks.c.id == lock_id))
+
+    def locks_of_active_tasks(self) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+        """Task id → (lock id, TaskLock JSON) of every task still active, for the lockbox's sync at start."""
+        locks, tasks = tables.task_locks, tables.tasks
+        query = (select(locks.c.id, locks.c.task_id, locks.c.lock_payload)
+                 .join(tasks, tasks.c.id == locks.c.task_id).where(tasks.c.active.is_(True)).order_by(locks.c.id))
+        found: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        with self._reader.connect() as conn:
+            for row in conn.execute(query):
+                found.setdefault(row.task_id, []).append((row.id, _load(row.lock_payload)))
+        return found
+
+    # -- announcements -----------------------------------------------------------------------
+
+    def announce(self, role: str, host: str, port: int, payload: dict[str, Any]) -> None:
+        """Insert or refresh a node's announcement; called again every heartbeat."""
+        table = tables.announcements
+        node_id = f"{role}:{host}:{port}"
+        values = {"role": role, "host": host, "port": port, "payload": _dump(payload), "heartbeat": _now_millis()}
+        with self._engine.begin() as conn:
+            if conn.execute(update(table).where(table.c.id == node_id).values(**values)).rowcount == 0:
+                conn.execute(insert(table).values(id=node_id, **values))
+
+    def unannounce(self, role: str, host: str, port: int) -> None:
+        with self._engine.begin() as conn:
+            conn.execute(delete(tables.announcements).where(tables.announcements.c.id == f"{role}:{host}:{port}"))
+
+    def announcements(self, role: str, max_age_ms: int) -> list[Announcement]:
+        """The nodes of a role whose last heartbeat is at most `max_age_ms` old."""
+        table = tables.announcements
+        query = (select(table).where(table.c.role == role, table.c.heartbeat >= _now_millis() - max_age_ms)
+                 .order_by(table.c.id))
+        with self._reader.connect() as conn:
+            return [Announcement(row.role, row.host, row.port, _load(row.payload), row.heartbeat)
+                    for row in conn.execute(query)]
+
     # -- plumbing ----------------------------------------------------------------------------
 
     def _transaction(self, work: Callable[[Connection], T]) -> T:
@@ -535,6 +592,10 @@ def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
 
 def _begin_sqlite_transaction(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(_READ_ONLY) else "BEGIN IMMEDIATE")
+
+
+def _now_millis() -> int:
+    return int(time.time() * 1000)
 
 
 def _now() -> str:

@@ -97,3 +97,28 @@ tasks = Table(
     Index("idx_druid_tasks_active_created_date", "active", "created_date"),
     Index("idx_druid_tasks_datasource_active", "datasource", "active"),
 )
+
+task_locks = Table(
+    "druid_tasklocks",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    _varchar("task_id"),
+    # The TaskLock JSON; the overlord re-acquires the locks of active tasks from here when it starts.
+    Column("lock_payload", LargeBinary),
+    Index("idx_druid_tasklocks_task_id", "task_id"),
+)
+
+announcements = Table(
+    # Not a Druid table: Druid announces nodes in ZooKeeper. Sluice roles find each other here instead,
+    # so the metadata store is the one thing they share.
+    "sluice_announcements",
+    metadata,
+    _varchar("id", primary_key=True),  # <role>:<host>:<port>
+    _varchar("role", nullable=False),
+    _varchar("host", nullable=False),
+    Column("port", Integer, nullable=False),
+    # Role-specific facts, e.g. a worker's capacity, version and category.
+    Column("payload", LargeBinary, nullable=False),
+    # Epoch millis of the last heartbeat; a node whose heartbeat is too old is gone.
+    Column("heartbeat", BigInteger, nullable=False),
+)

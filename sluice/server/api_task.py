@@ -1,41 +1,87 @@
-"""The read side of Druid's task API (/druid/indexer/v1/task…): status, reports and lists."""
+"""Druid's task API (/druid/indexer/v1/task…, /tasks, /workers, /leader): served by the overlord."""
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from datetime import datetime
+from typing import Any, Callable
 
-from fastapi import APIRouter
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Body
+from fastapi.responses import JSONResponse, Response
 
-from sluice.metadata.store import MetadataStore
-from sluice.worker.thread_runner import ThreadTaskRunner
+from sluice.metadata.store import EntryExistsError, MetadataStore, TaskRecord
+from sluice.overlord.supervisor_manager import SupervisorManager
+from sluice.overlord.task_queue import QueueFull, TaskQueue
+from sluice.spec.errors import SpecError
+from sluice.spec.supervisor import parse_supervisor_spec
+from sluice.task.task import TaskFailure, task_from_json
+from sluice.timestamps import parse_timestamp
+
+_STATES = ("running", "complete", "waiting", "pending")
+_NO_LOCATION = {"host": None, "port": -1, "tlsPort": -1}
 
 
-def task_router(metadata: MetadataStore, runner: ThreadTaskRunner) -> APIRouter:
+def task_router(metadata: MetadataStore, queue: TaskQueue, supervisors: SupervisorManager,
+                leader: str, workers: Callable[[], list[dict[str, Any]]]) -> APIRouter:
     router = APIRouter(prefix="/druid/indexer/v1")
+    runner = queue.runner
 
     def missing(task_id: str) -> JSONResponse:
         return JSONResponse({"error": f"Can't find task for id [{task_id}]"}, status_code=404)
 
-    def task_status(record: Any) -> dict[str, Any]:
+    def task_status(record: TaskRecord) -> dict[str, Any]:
         status = record.status
+        location = runner.location(record.id) if record.active else None
         return {
             "id": record.id, "groupId": record.group_id, "type": record.task_type,
             "createdTime": record.created_date, "queueInsertionTime": record.created_date,
             "statusCode": status["statusCode"], "status": status["statusCode"],
-            "runnerStatusCode": "RUNNING" if record.active else "NONE",
-            "duration": status.get("duration", -1), "location": {"host": None, "port": -1, "tlsPort": -1},
+            "runnerStatusCode": queue.runner_status(record.id) if record.active else "NONE",
+            "duration": status.get("duration", -1),
+            "location": {"host": location[0], "port": location[1], "tlsPort": -1} if location else _NO_LOCATION,
             "dataSource": record.data_source, "errorMsg": status.get("errorMsg"),
         }
 
+    @router.post("/task")
+    def submit(payload: Any = Body(...)) -> Any:
+        if isinstance(payload, dict) and payload.get("type") == "kafka":  # a supervisor spec, as Druid accepts
+            try:
+                spec = parse_supervisor_spec(payload)
+            except SpecError as error:
+                return JSONResponse({"error": str(error)}, status_code=400)
+            supervisors.create_or_update(spec)
+            return {"task": spec.id}
+        try:
+            spec = task_from_json(payload)
+            queue.add(spec)
+        except (TaskFailure, SpecError) as error:
+            return JSONResponse({"error": str(error)}, status_code=400)
+        except EntryExistsError as error:
+            return JSONResponse({"error": str(error)}, status_code=400)
+        except QueueFull as error:
+            return JSONResponse({"error": str(error)}, status_code=429)
+        return {"task": spec.id}
+
     @router.get("/tasks")
-    def tasks(state: str | None = None, datasource: str | None = None) -> Any:
-        if state not in (None, "running", "complete"):
-            return JSONResponse({"error": f"Invalid state : {state}, valid values are: [running, complete]"},
-                                status_code=400)
-        active = None if state is None else state == "running"
-        return [task_status(r) for r in metadata.list_tasks(active=active, data_source=datasource)]
+    def tasks(state: str | None = None, datasource: str | None = None, max: int | None = None,  # noqa: A002
+              type: str | None = None, createdTimeInterval: str | None = None) -> Any:  # noqa: A002, N803
+        if state not in (None, *_STATES):
+            return JSONResponse({"error": f"Invalid state : {state}, valid values are: [pending, waiting, running, "
+                                          "complete]"}, status_code=400)
+        created = _interval(createdTimeInterval) if createdTimeInterval else None
+        if createdTimeInterval and created is None:
+            return JSONResponse({"error": f"Invalid createdTimeInterval [{createdTimeInterval}]"}, status_code=400)
+        active = None if state is None else state != "complete"
+        found = [task_status(r) for r in metadata.list_tasks(active=active, data_source=datasource)
+                 if (type is None or r.task_type == type)
+                 and (created is None or created[0] <= parse_timestamp(r.created_date) < created[1])]
+        if state in ("running", "waiting", "pending"):
+            found = [t for t in found if t["runnerStatusCode"] == state.upper()]
+        complete = [t for t in found if t["statusCode"] != "RUNNING"][::-1]  # newest first, as Druid lists them
+        return [t for t in found if t["statusCode"] == "RUNNING"] + (complete[:max] if max is not None else complete)
+
+    for shortcut, state_name in (("completeTasks", "complete"), ("runningTasks", "running"),
+                                 ("waitingTasks", "waiting"), ("pendingTasks", "pending")):
+        router.get(f"/{shortcut}")(lambda state_name=state_name: tasks(state=state_name))
 
     @router.get("/task/{task_id}")
     def task(task_id: str) -> Any:
@@ -47,12 +93,58 @@ def task_router(metadata: MetadataStore, runner: ThreadTaskRunner) -> APIRouter:
         record = metadata.get_task(task_id)
         return {"task": task_id, "status": task_status(record)} if record else missing(task_id)
 
+    @router.post("/taskStatus")
+    def statuses(task_ids: list[str] = Body(...)) -> dict[str, Any]:
+        found = {i: task_status(r) for i in task_ids if (r := metadata.get_task(i)) is not None}
+        return {i: {k: s[k] for k in ("id", "status", "duration", "errorMsg", "location")} for i, s in found.items()}
+
     @router.get("/task/{task_id}/reports")
     def reports(task_id: str) -> Any:
-        running = runner.client(task_id)
-        if running is not None:
-            return running.report()
-        report = runner.task_dir(task_id) / "report.json"
-        return json.loads(report.read_text()) if report.exists() else missing(task_id)
+        report = runner.report(task_id)
+        return report if report else missing(task_id)
+
+    @router.get("/task/{task_id}/log")
+    def log(task_id: str, offset: int = 0) -> Any:
+        text = runner.log(task_id, offset)
+        if text is None:
+            return JSONResponse({"error": "No log was found for this task. The task may not exist, or it may not "
+                                          "have begun running yet."}, status_code=404)
+        return Response(text, media_type="text/plain")
+
+    @router.post("/task/{task_id}/shutdown")
+    def shutdown(task_id: str) -> Any:
+        if queue.shutdown(task_id, "shutdown request via HTTP endpoint"):
+            return {"task": task_id}
+        return JSONResponse({"error": f"Cannot find any active task with id: [{task_id}]"}, status_code=404)
+
+    @router.post("/datasources/{data_source}/shutdownAllTasks")
+    def shutdown_all(data_source: str) -> Any:
+        for spec in queue.active(data_source):
+            queue.shutdown(spec.id, "shutdownAllTasks request via HTTP endpoint")
+        return {"dataSource": data_source}
+
+    @router.get("/workers")
+    def list_workers() -> list[dict[str, Any]]:
+        return workers()
+
+    @router.get("/leader")
+    def get_leader() -> Response:
+        return Response(leader, media_type="text/plain")
+
+    @router.get("/isLeader")
+    def is_leader() -> dict[str, bool]:
+        return {"leader": True}
 
     return router
+
+
+def _interval(text: str) -> tuple[datetime, datetime] | None:
+    """Druid's createdTimeInterval: two ISO instants joined by `_` (or `/`)."""
+    for separator in ("_", "/"):
+        start, found, end = text.partition(separator)
+        if found:
+            try:
+                return parse_timestamp(start), parse_timestamp(end)
+            except ValueError:
+                return None
+    return None

@@ -1,8 +1,10 @@
-"""A Sluice node running overlord, worker and broker in one process (`sluice start`).
+"""A Sluice process: one or more roles (overlord, worker, broker) sharing a metadata store.
 
-Everything is built and started through the Lifecycle, stage by stage: the metadata store and deep
-storage first, then Spark, the task runner and the supervisors, then HTTP, then the announcement
-that the node serves (`/status/health` turns true).
+`sluice start` runs overlord and broker with tasks as threads of this process (one Spark for all);
+`sluice overlord`, `sluice worker` and `sluice broker` run one role each, and find each other through
+announcements in the metadata store. Everything starts through the Lifecycle, stage by stage: metadata
+store and deep storage first, then the role's services, then HTTP, then the announcement that the node
+serves (`/status/health` turns true).
 """
 
 from __future__ import annotations
@@ -10,25 +12,34 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from fastapi import FastAPI
 
 from sluice.broker.broker import Broker
+from sluice.discovery import BROKER, OVERLORD, WORKER, Announcer
 from sluice.lifecycle import Lifecycle, Stage
 from sluice.metadata.store import MetadataStore
+from sluice.overlord.remote_task_runner import HttpRemoteTaskRunner
 from sluice.overlord.supervisor_manager import SupervisorManager
+from sluice.overlord.task_queue import TaskQueue
 from sluice.segment.deep_storage import DeepStorage
+from sluice.server.api_chat import chat_router
 from sluice.server.api_sql import sql_router
 from sluice.server.api_supervisor import supervisor_router
 from sluice.server.api_task import task_router
+from sluice.server.api_worker import worker_router
 from sluice.server.http_server import HttpServer
+from sluice.server.roles import Role
 from sluice.spec.supervisor import KafkaIOConfig
 from sluice.stream.kafka import KafkaStream
 from sluice.task.kafka_index_task import TaskToolbox
 from sluice.worker.thread_runner import ThreadTaskRunner
+from sluice.worker.worker import PeonConfig, WorkerTaskManager
 
 log = logging.getLogger(__name__)
+
+VERSION = "0.1.0"
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,11 @@ class NodeConfig:
     metadata_uri: str | None = None
     deep_storage: str | None = None
     spark_master: str = "local[*]"
+    role: Role = Role.ALL_IN_ONE
+    #: a worker's task slots (peons at once)
+    capacity: int = 2
+    #: how the overlord picks a worker: equalDistribution or fillCapacity
+    worker_select_strategy: str = "equalDistribution"
 
     @property
     def resolved_metadata_uri(self) -> str:
@@ -48,21 +64,32 @@ class NodeConfig:
     def resolved_deep_storage(self) -> str:
         return self.deep_storage or (self.work_dir / "deep-storage").resolve().as_uri()
 
-
-def kafka_stream(io: KafkaIOConfig) -> KafkaStream:
-    return KafkaStream({k: str(v) for k, v in io.consumer_properties.items()}, io.topic)
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
 
 
 class Node:
-    def __init__(self, config: NodeConfig, stream_factory: Callable[[KafkaIOConfig], KafkaStream] = kafka_stream) -> None:
+    def __init__(self, config: NodeConfig,
+                 stream_factory: Callable[[KafkaIOConfig], KafkaStream] = KafkaStream.for_io_config) -> None:
         self.config = config
         self.stream_factory = stream_factory
         self.lifecycle = Lifecycle()
         self.ready = False
-        self.app = FastAPI(title="Sluice", version="0.1.0")
-        self.lifecycle.add("metadata store", self._start_metadata, stage=Stage.INIT)
-        self.lifecycle.add("spark and tasks", self._start_tasks, self._stop_tasks, stage=Stage.NORMAL)
-        self.lifecycle.add("supervisors", self._start_supervisors, self._stop_supervisors, stage=Stage.NORMAL)
+        self.app = FastAPI(title="Sluice", version=VERSION)
+        role = config.role
+        self.lifecycle.add("metadata store", self._start_metadata, self._stop_metadata, stage=Stage.INIT)
+        if role is Role.ALL_IN_ONE:
+            self.lifecycle.add("spark and tasks", self._start_thread_runner, self._stop_thread_runner)
+        if role is Role.OVERLORD:
+            self.lifecycle.add("remote task runner", self._start_remote_runner, self._stop_remote_runner)
+        if role in (Role.ALL_IN_ONE, Role.OVERLORD):
+            self.lifecycle.add("task queue", self._start_queue, self._stop_queue)
+            self.lifecycle.add("supervisors", self._start_supervisors, self._stop_supervisors)
+        if role is Role.WORKER:
+            self.lifecycle.add("worker", self._start_worker, self._stop_worker)
+        if role in (Role.ALL_IN_ONE, Role.BROKER):
+            self.lifecycle.add("broker", self._start_broker)
         self.lifecycle.add("http", self._start_http, self._stop_http, stage=Stage.SERVER)
         self.lifecycle.add("announcement", self._announce, self._unannounce, stage=Stage.ANNOUNCEMENTS)
 
@@ -71,8 +98,8 @@ class Node:
             return self.ready
 
         @self.app.get("/status")
-        def status() -> dict:
-            return {"version": "0.1.0", "modules": []}
+        def status() -> dict[str, Any]:
+            return {"version": VERSION, "modules": [], "role": self.config.role.value}
 
     def start(self) -> None:
         self.lifecycle.start()
@@ -85,9 +112,13 @@ class Node:
         self.metadata = MetadataStore(self.config.resolved_metadata_uri)
         self.metadata.create_tables()
         self.deep_storage = DeepStorage.from_uri(self.config.resolved_deep_storage)
-        self.broker = Broker(self.metadata, self.deep_storage, self.config.work_dir / "segment-cache")
 
-    def _start_tasks(self) -> None:
+    def _stop_metadata(self) -> None:
+        self.metadata.close()
+
+    # ---- overlord ----
+
+    def _start_thread_runner(self) -> None:
         from sluice.task import kafka_source, spark_session  # Spark starts here, not at import
 
         self.spark = spark_session.get_or_create(self.config.spark_master)
@@ -96,32 +127,80 @@ class Node:
         def toolbox(task_dir: Path) -> TaskToolbox:
             return TaskToolbox(self.spark, self.metadata, self.deep_storage, task_dir, self.stream_factory)
 
-        self.task_runner = ThreadTaskRunner(toolbox, self.metadata, self.config.work_dir / "tasks")
-        self.task_runner.fail_orphans()
+        self.task_runner: ThreadTaskRunner | HttpRemoteTaskRunner = ThreadTaskRunner(
+            toolbox, self.config.work_dir / "tasks")
+        self.app.include_router(chat_router(self.task_runner.task))
 
-    def _stop_tasks(self) -> None:
+    def _stop_thread_runner(self) -> None:
         self.task_runner.stop()
 
+    def _start_remote_runner(self) -> None:
+        self.task_runner = HttpRemoteTaskRunner(self.metadata, self.config.worker_select_strategy)
+        self.task_runner.start()
+
+    def _stop_remote_runner(self) -> None:
+        self.task_runner.stop()
+
+    def _start_queue(self) -> None:
+        self.task_queue = TaskQueue(self.metadata, self.task_runner)
+        self.task_queue.start()
+
+    def _stop_queue(self) -> None:
+        self.task_queue.stop()
+
     def _start_supervisors(self) -> None:
-        self.supervisors = SupervisorManager(self.metadata, self.task_runner, self.stream_factory)
+        self.supervisors = SupervisorManager(self.metadata, self.task_queue, self.stream_factory)
         self.supervisors.start()
+        workers = self.task_runner.workers if isinstance(self.task_runner, HttpRemoteTaskRunner) else list
+        self.app.include_router(supervisor_router(self.supervisors))
+        self.app.include_router(task_router(self.metadata, self.task_queue, self.supervisors, self.config.url, workers))
 
     def _stop_supervisors(self) -> None:
         self.supervisors.stop()
 
-    def _start_http(self) -> None:
-        self.app.include_router(supervisor_router(self.supervisors))
-        self.app.include_router(task_router(self.metadata, self.task_runner))
+    # ---- worker ----
+
+    def _start_worker(self) -> None:
+        peon = PeonConfig(self.config.resolved_metadata_uri, self.config.resolved_deep_storage,
+                          self.config.spark_master)
+        self.worker = WorkerTaskManager(self.config.work_dir / "tasks", self.config.capacity, self.config.host, peon)
+        self.worker.start()
+        self.app.include_router(worker_router(self.worker))
+
+    def _stop_worker(self) -> None:
+        self.worker.stop()
+
+    # ---- broker ----
+
+    def _start_broker(self) -> None:
+        self.broker = Broker(self.metadata, self.deep_storage, self.config.work_dir / "segment-cache")
         self.app.include_router(sql_router(self.broker))
+
+    # ---- serving ----
+
+    def _start_http(self) -> None:
         self.http = HttpServer(self.app, self.config.host, self.config.port)
         self.http.start()
-        log.info("Sluice serves on http://%s:%d", self.config.host, self.config.port)
+        log.info("Sluice %s serves on %s", self.config.role.value, self.config.url)
 
     def _stop_http(self) -> None:
         self.http.stop()
 
     def _announce(self) -> None:
+        roles = [OVERLORD, BROKER] if self.config.role is Role.ALL_IN_ONE else [self.config.role.value]
+        self._announcers = [Announcer(self.metadata, role, self.config.host, self.config.port, self._announcement)
+                            for role in roles]
+        for announcer in self._announcers:
+            announcer.start()
         self.ready = True
+
+    def _announcement(self) -> dict[str, Any]:
+        if self.config.role is Role.WORKER:
+            return {"capacity": self.config.capacity, "version": VERSION, "category": "_default_worker_category",
+                    "used": self.worker.used_capacity}
+        return {"version": VERSION}
 
     def _unannounce(self) -> None:
         self.ready = False
+        for announcer in self._announcers:
+            announcer.stop()

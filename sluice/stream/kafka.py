@@ -12,9 +12,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
+
+if TYPE_CHECKING:
+    from sluice.spec.supervisor import KafkaIOConfig
 
 __all__ = ["DEFAULT_GROUP_ID", "KafkaStream", "StreamError", "consumer_config", "new_consumer"]
 
@@ -73,6 +76,11 @@ class KafkaStream:
         self.timeout = timeout
         self._bootstrap = consumer_properties.get("bootstrap.servers")
         self._consumer = new_consumer(consumer_config(consumer_properties))
+
+    @classmethod
+    def for_io_config(cls, io: KafkaIOConfig) -> KafkaStream:
+        """The stream a supervisor spec's ioConfig names (the default stream factory everywhere)."""
+        return cls({k: str(v) for k, v in io.consumer_properties.items()}, io.topic)
 
     def partitions(self) -> list[int]:
         """The topic's partition ids, sorted."""

@@ -10,7 +10,6 @@ and doubles nothing: the next task starts again from the committed offsets.
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import shutil
@@ -27,12 +26,13 @@ from sluice.metadata.offsets import StreamOffsets
 from sluice.metadata.store import MetadataStore
 from sluice.segment.deep_storage import DeepStorage
 from sluice.segment.segment import DataSegment, Interval
-from sluice.timestamps import format_timestamp
-from sluice.spec.supervisor import IngestionSpec, KafkaIOConfig
+from sluice.spec.supervisor import IngestionSpec, KafkaIOConfig, parse_supervisor_spec
+from sluice.timestamps import format_timestamp, parse_timestamp
 from sluice.stream.kafka import KafkaStream
 from sluice.task.ingest_plan import MessageWindow, compile_plan
 from sluice.task.offsets import END_OF_STREAM, is_finished, next_ranges
 from sluice.task.stats import RowStats
+from sluice.task.task import TaskFailure, TaskStatus, write_task_file
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +49,6 @@ class TaskState(str, Enum):
     PUBLISHING = "PUBLISHING"
 
 
-class TaskFailure(Exception):
-    """Ends the task as FAILED with this message as its errorMsg."""
-
-
 @dataclass(frozen=True)
 class KafkaIndexTaskSpec:
     """The task payload the supervisor creates; replicas of a task group get equal ones but for `id`."""
@@ -67,6 +63,11 @@ class KafkaIndexTaskSpec:
     #: the version of the time-chunk lock the supervisor's tasks share (Druid: one groupId, shared locks),
     #: so all its appending tasks allocate into one version of a chunk; None for a task run on its own
     lock_version: str | None = None
+
+    type = TASK_TYPE
+    needs_spark = True
+    #: Druid's default priority of realtime tasks: they may revoke the locks of lower-priority batch tasks
+    priority = 75
 
     @property
     def data_source(self) -> str:
@@ -104,7 +105,22 @@ class KafkaIndexTaskSpec:
                 "maximumMessageTime": format_timestamp(window.maximum) if window.maximum else None,
             },
             "tuningConfig": self.ingestion.tuning_config.to_json(),
+            "lockVersion": self.lock_version,
+            "context": {"priority": self.priority},
         }
+
+    @classmethod
+    def from_json(cls, payload: dict[str, Any]) -> KafkaIndexTaskSpec:
+        """The inverse of to_json: how a peon and a restarted overlord get the task back."""
+        io = dict(payload["ioConfig"])
+        start = io.pop("startSequenceNumbers")["partitionSequenceNumberMap"]
+        for key in ("minimumMessageTime", "maximumMessageTime"):
+            io.pop(key, None)
+        ingestion = parse_supervisor_spec({"type": "kafka", "spec": {
+            "dataSchema": payload["dataSchema"], "ioConfig": io, "tuningConfig": payload["tuningConfig"]}}).spec
+        return cls(payload["id"], int(payload["taskGroupId"]), payload["baseSequenceName"], ingestion,
+                   {int(p): int(o) for p, o in start.items()}, parse_timestamp(payload["createdTime"]),
+                   payload.get("lockVersion"))
 
 
 def message_window(io: KafkaIOConfig, created: datetime) -> MessageWindow:
@@ -126,22 +142,6 @@ def new_task_id(data_source: str, base_sequence_name: str) -> str:
     """Druid's shape: index_kafka_<dataSource>_<15 hex of the sequence>_<8 random letters>."""
     suffix = "".join(secrets.choice(string.ascii_lowercase) for _ in range(8))
     return f"{TASK_TYPE}_{data_source}_{base_sequence_name[-15:]}_{suffix}"
-
-
-@dataclass(frozen=True)
-class TaskStatus:
-    id: str
-    status_code: str  # RUNNING, SUCCESS, FAILED
-    error_msg: str | None = None
-    duration_ms: int = -1
-
-    @property
-    def is_complete(self) -> bool:
-        return self.status_code != "RUNNING"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "status": self.status_code, "statusCode": self.status_code,
-                "duration": self.duration_ms, "errorMsg": self.error_msg}
 
 
 @dataclass
@@ -169,6 +169,7 @@ class KafkaIndexTask:
         self._stop_requested = False
         self._reading = False  # a Spark read job is in flight (it runs in job group = task id)
         self._persists: list[Path] = []
+        self.started: datetime | None = None
 
     # ---- the control API the supervisor uses (Druid's /druid/worker/v1/chat/{taskId}/...) ----
 
@@ -179,6 +180,13 @@ class KafkaIndexTask:
     def end_offsets(self) -> dict[int, int]:
         with self._cond:
             return dict(self._end)
+
+    def checkpoints(self) -> dict[int, dict[int, int]]:
+        """Each sequence's start offsets, by sequence id (one sequence until checkpoints split a task)."""
+        return {0: dict(self.spec.start_offsets)}
+
+    def start_time_iso(self) -> str | None:
+        return format_timestamp(self.started) if self.started else None
 
     def pause(self, timeout: float = 30.0) -> dict[int, int] | None:
         """Stop reading and return the current offsets; None if the task is not reading.
@@ -246,7 +254,6 @@ class KafkaIndexTask:
         duration = int((time.monotonic() - started) * 1000)
         status = TaskStatus(status.id, status.status_code, status.error_msg, duration)
         self._write("report.json", self.report(status))
-        self._write("status.json", status.to_json())
         return status
 
     def report(self, status: TaskStatus | None = None) -> dict[str, Any]:
@@ -268,6 +275,7 @@ class KafkaIndexTask:
 
     def _run(self) -> None:
         self.state = TaskState.STARTING
+        self.started = datetime.now(UTC)
         self.toolbox.task_dir.mkdir(parents=True, exist_ok=True)
         self._write("task.json", self.spec.to_json())
         from sluice.task.pipeline import IngestPipeline  # Spark is imported where it runs
@@ -421,10 +429,7 @@ class KafkaIndexTask:
         return all(str(s.id) in used for s in segments)
 
     def _write(self, name: str, payload: Any) -> None:
-        path = self.toolbox.task_dir / name
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(payload, indent=2, default=str))
-        tmp.replace(path)
+        write_task_file(self.toolbox.task_dir, name, payload)
 
 
 def _earlier_generation_pending(stored: StreamOffsets | None, start: StreamOffsets) -> bool:
@@ -436,5 +441,4 @@ def _earlier_generation_pending(stored: StreamOffsets | None, start: StreamOffse
 
 
 
-__all__ = ["KafkaIndexTask", "KafkaIndexTaskSpec", "TaskFailure", "TaskState", "TaskStatus", "TaskToolbox",
-           "new_task_id"]
+__all__ = ["KafkaIndexTask", "KafkaIndexTaskSpec", "TaskState", "TaskToolbox", "new_task_id"]

@@ -1,7 +1,8 @@
 """Runs tasks as threads of this process, on the process's shared SparkSession.
 
-The all-in-one `sluice start` uses it; it is the TaskRunner a worker process will wrap later. Task
-rows in the metadata store (druid_tasks) follow every task from RUNNING to its final status.
+The all-in-one `sluice start` uses it: no peon start-up and one Spark for every task. Its tasks die with
+the process, so a restarted node's task queue fails the ones it had (`restores_tasks = False`); the
+supervisors then start new tasks from the committed offsets.
 """
 
 from __future__ import annotations
@@ -9,45 +10,42 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
-from sluice.metadata.store import MetadataStore
-from sluice.task.kafka_index_task import TASK_TYPE, KafkaIndexTask, KafkaIndexTaskSpec, TaskStatus, TaskToolbox
+from sluice.task.kafka_index_task import KafkaIndexTask, TaskToolbox
+from sluice.task.task import RunnableTask, TaskSpec, TaskStatus, create_task, write_task_file
+from sluice.worker.peon import STATUS_FILE, TASK_FILE, read_report
 
 log = logging.getLogger(__name__)
 
 
 class ThreadTaskRunner:
-    def __init__(self, toolbox_factory: Callable[[Path], TaskToolbox], metadata: MetadataStore, tasks_dir: Path) -> None:
+    restores_tasks = False
+
+    def __init__(self, toolbox_factory: Callable[[Path], TaskToolbox], tasks_dir: Path) -> None:
         self._toolbox_factory = toolbox_factory
-        self._metadata = metadata
         self._tasks_dir = tasks_dir
-        self._tasks: dict[str, KafkaIndexTask] = {}
+        self._tasks: dict[str, RunnableTask] = {}
         self._statuses: dict[str, TaskStatus] = {}
         self._listeners: list[Callable[[TaskStatus], None]] = []
         self._lock = threading.Lock()
 
-    def fail_orphans(self) -> None:
-        """Tasks the metadata store thinks are running died with a previous process: say so."""
-        for record in self._metadata.list_tasks(active=True):
-            status = TaskStatus(record.id, "FAILED", "the process running this task stopped before it finished")
-            self._metadata.set_task_status(record.id, status.to_json(), active=False)
-
     def task_dir(self, task_id: str) -> Path:
         return self._tasks_dir / task_id
 
-    def run(self, spec: KafkaIndexTaskSpec) -> None:
-        task = KafkaIndexTask(spec, self._toolbox_factory(self.task_dir(spec.id)))
-        status = TaskStatus(spec.id, "RUNNING")
-        self._metadata.insert_task(spec.id, spec.data_source, TASK_TYPE, spec.group_id, spec.to_json(), status.to_json())
+    def run(self, spec: TaskSpec) -> None:
+        task_dir = self.task_dir(spec.id)
+        task_dir.mkdir(parents=True, exist_ok=True)
+        write_task_file(task_dir, TASK_FILE, spec.to_json())
+        task = create_task(spec, self._toolbox_factory(task_dir))
         with self._lock:
             self._tasks[spec.id] = task
-            self._statuses[spec.id] = status
+            self._statuses[spec.id] = TaskStatus(spec.id, "RUNNING")
         threading.Thread(target=self._execute, args=(task,), name=spec.id, daemon=True).start()
 
-    def _execute(self, task: KafkaIndexTask) -> None:
+    def _execute(self, task: RunnableTask) -> None:
         status = task.run()
-        self._metadata.set_task_status(status.id, status.to_json(), active=False)
+        write_task_file(self.task_dir(status.id), STATUS_FILE, status.to_json())
         with self._lock:
             self._statuses[status.id] = status
             self._tasks.pop(status.id, None)
@@ -60,17 +58,35 @@ class ThreadTaskRunner:
         with self._lock:
             return self._statuses.get(task_id)
 
-    def client(self, task_id: str) -> KafkaIndexTask | None:
+    def runner_status(self, task_id: str) -> str:
+        with self._lock:
+            return "RUNNING" if task_id in self._tasks else "NONE"
+
+    def location(self, task_id: str) -> tuple[str, int] | None:
+        return None  # in this process: the node's own chat API answers for it
+
+    def task(self, task_id: str) -> RunnableTask | None:
         with self._lock:
             return self._tasks.get(task_id)
 
+    def client(self, task_id: str) -> KafkaIndexTask | None:
+        task = self.task(task_id)
+        return task if isinstance(task, KafkaIndexTask) else None
+
+    def report(self, task_id: str) -> dict[str, Any] | None:
+        task = self.task(task_id)
+        return task.report() if task is not None else read_report(self.task_dir(task_id))
+
+    def log(self, task_id: str, offset: int = 0) -> bytes | None:
+        return None  # thread-run tasks log to the node's own log
+
     def shutdown(self, task_id: str, reason: str) -> None:
-        task = self.client(task_id)
+        task = self.task(task_id)
         if task is not None:
             log.info("shutting down task %s: %s", task_id, reason)
             task.stop()
 
-    def running(self) -> list[KafkaIndexTask]:
+    def running(self) -> list[RunnableTask]:
         with self._lock:
             return list(self._tasks.values())
 

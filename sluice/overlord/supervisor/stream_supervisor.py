@@ -28,7 +28,8 @@ from sluice.overlord.task_runner import TaskRunner
 from sluice.timestamps import format_timestamp
 from sluice.spec.supervisor import KafkaIOConfig, KafkaSupervisorSpec
 from sluice.stream.kafka import KafkaStream, StreamError
-from sluice.task.kafka_index_task import KafkaIndexTaskSpec, TaskStatus, new_task_id
+from sluice.task.kafka_index_task import TASK_TYPE, KafkaIndexTaskSpec, new_task_id
+from sluice.task.task import TaskFailure, TaskStatus
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,18 @@ class StreamSupervisor:
 
     def start(self) -> None:
         self._runner.add_listener(self._on_task_status)
+        self._stop_tasks_of_others()
         self._thread.start()
+
+    def _stop_tasks_of_others(self) -> None:
+        """Tasks of this data source that are not in this supervisor's groups (left by an overlord that
+        stopped) are stopped: they publish nothing, and new groups start from the committed offsets."""
+        owned = {t for g in self.state.active.values() for t in g.task_ids}
+        owned |= {t for gs in self.state.pending.values() for g in gs for t in g.task_ids}
+        for task in self._runner.active(self.spec.id):
+            if task.type == TASK_TYPE and task.id not in owned:
+                self._killed.add(task.id)
+                self._runner.shutdown(task.id, "not one of the tasks of the supervisor that started now")
 
     def stop(self, graceful: bool, timeout: float = 60.0) -> SupervisorState:
         """graceful (terminate, update): reading groups stop at definite end offsets and publish; otherwise just
@@ -272,9 +284,19 @@ class StreamSupervisor:
             self._record_error("TaskFailure", f"task group {group_id}: no replica could be paused; restarting it")
             return
         end = {p: max(o[p] for o in offsets.values()) for p in group.starting_offsets}
+        publishing = set()
         for task_id in offsets:
-            paused[task_id].set_end_offsets(end, finish=True)
-        group.task_ids = set(offsets)
+            try:
+                paused[task_id].set_end_offsets(end, finish=True)
+                publishing.add(task_id)
+            except TaskFailure as failure:
+                self._killed.add(task_id)
+                self._runner.shutdown(task_id, f"could not set its end offsets: {failure}")
+        if not publishing:
+            del self.state.active[group_id]
+            self._record_error("TaskFailure", f"task group {group_id}: no replica took its end offsets; restarting it")
+            return
+        group.task_ids = publishing
         self.state = end_group(self.state, group_id, end, self._clock() + self.config.completion_timeout)
         self.request_run()
 

@@ -1,0 +1,164 @@
+"""The overlord's TaskQueue: every task is stored before it runs, and its final status after.
+
+`add` validates a task, stores it (druid_tasks) and wakes the management loop, which hands ready tasks to
+the task runner and shuts down tasks the runner has that the queue no longer knows. When the runner reports
+a task complete, the queue stores the status, releases the task's locks and tells its listeners (the
+supervisors). On start the queue syncs from storage: the active tasks come back, to be found again on the
+workers (or, with a runner whose tasks died with the process, failed).
+
+To the supervisors the queue is a TaskRunner (run = add), so they never reach past it to the runner.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from typing import Any, Callable, Protocol
+
+from sluice.metadata.store import MetadataStore
+from sluice.task.task import TaskFailure, TaskSpec, TaskStatus, task_from_json
+
+log = logging.getLogger(__name__)
+
+
+class QueueFull(Exception):
+    pass
+
+
+class Runner(Protocol):
+    restores_tasks: bool
+
+    def run(self, spec: TaskSpec) -> None: ...
+    def status(self, task_id: str) -> TaskStatus | None: ...
+    def runner_status(self, task_id: str) -> str: ...
+    def location(self, task_id: str) -> tuple[str, int] | None: ...
+    def client(self, task_id: str) -> Any: ...
+    def shutdown(self, task_id: str, reason: str) -> None: ...
+    def add_listener(self, listener: Callable[[TaskStatus], None]) -> None: ...
+
+
+class TaskQueue:
+    def __init__(self, metadata: MetadataStore, runner: Runner, max_size: int = 2**31 - 1,
+                 period: float = 1.0) -> None:
+        self._metadata = metadata
+        self.runner = runner
+        self._max_size = max_size
+        self._period = period
+        self._tasks: dict[str, TaskSpec] = {}
+        self._given: set[str] = set()  # handed to the runner
+        self._listeners: list[Callable[[TaskStatus], None]] = []
+        self.counts: Counter[str] = Counter()  # SUCCESS / FAILED since start (Druid's task/success|failed/count)
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._manage, name="task-queue", daemon=True)
+
+    def start(self) -> None:
+        self.runner.add_listener(self._on_status)
+        for record in self._metadata.list_tasks(active=True):
+            try:
+                spec = task_from_json(record.payload)
+            except TaskFailure as error:
+                self._store(TaskStatus.failure(record.id, f"stored payload no longer valid: {error}"))
+                continue
+            if self.runner.restores_tasks:
+                self._tasks[spec.id] = spec
+            else:
+                self._store(TaskStatus.failure(spec.id, "the process running this task stopped before it finished"))
+        log.info("task queue started with %d active tasks from storage", len(self._tasks))
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+        self._thread.join(10)
+
+    # ---- the queue ----
+
+    def add(self, spec: TaskSpec) -> None:
+        with self._lock:
+            if len(self._tasks) >= self._max_size:
+                raise QueueFull(f"Too many tasks (max = {self._max_size})")
+            self._metadata.insert_task(spec.id, spec.data_source, spec.type, spec.group_id, spec.to_json(),
+                                       TaskStatus(spec.id, "RUNNING").to_json())
+            self._tasks[spec.id] = spec
+        self._wake.set()
+
+    def shutdown(self, task_id: str, reason: str) -> bool:
+        """False if the queue does not have the task (unknown or already complete)."""
+        with self._lock:
+            if task_id not in self._tasks:
+                return False
+            given = task_id in self._given
+        if given:
+            self.runner.shutdown(task_id, reason)
+        else:
+            self._on_status(TaskStatus.failure(task_id, f"shut down before it ran: {reason}"))
+        return True
+
+    def active(self, data_source: str | None = None) -> list[TaskSpec]:
+        with self._lock:
+            return [s for s in self._tasks.values() if data_source is None or s.data_source == data_source]
+
+    def runner_status(self, task_id: str) -> str:
+        """Druid's runnerStatusCode: WAITING in the queue, then what the runner says (PENDING, RUNNING)."""
+        with self._lock:
+            if task_id not in self._tasks:
+                return "NONE"
+            if task_id not in self._given:
+                return "WAITING"
+        return self.runner.runner_status(task_id)
+
+    def _manage(self) -> None:
+        while not self._stopped.is_set():
+            with self._lock:
+                ready = [s for i, s in self._tasks.items() if i not in self._given]
+                self._given.update(s.id for s in ready)
+            for spec in ready:
+                self.runner.run(spec)
+            shutdown_unknown = getattr(self.runner, "shutdown_unknown", None)
+            if shutdown_unknown is not None:
+                shutdown_unknown(lambda task_id: task_id in self._tasks)
+            self._wake.wait(self._period)
+            self._wake.clear()
+
+    def _on_status(self, status: TaskStatus) -> None:
+        if not status.is_complete:
+            return
+        with self._lock:
+            if self._tasks.pop(status.id, None) is None:
+                return
+            self._given.discard(status.id)
+            self.counts[status.status_code] += 1
+            listeners = list(self._listeners)
+        self._store(status)
+        for listener in listeners:
+            listener(status)
+
+    def _store(self, status: TaskStatus) -> None:
+        self._metadata.set_task_status(status.id, status.to_json(), active=False)
+
+    # ---- what supervisors see: a TaskRunner ----
+
+    def run(self, spec: TaskSpec) -> None:
+        self.add(spec)
+
+    def status(self, task_id: str) -> TaskStatus | None:
+        with self._lock:
+            if task_id in self._tasks:
+                return TaskStatus(task_id, "RUNNING")
+        record = self._metadata.get_task(task_id)
+        return TaskStatus.from_json({"id": task_id, **record.status}) if record else None
+
+    def client(self, task_id: str) -> Any:
+        return self.runner.client(task_id)
+
+    def add_listener(self, listener: Callable[[TaskStatus], None]) -> None:
+        with self._lock:
+            self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[TaskStatus], None]) -> None:
+        with self._lock:
+            self._listeners.remove(listener)
+

@@ -1,0 +1,155 @@
+"""What every task is to the queue, the runners and the peon: a JSON payload with an id, a group and a data
+source, that runs to a TaskStatus. Druid's `Task` and `TaskStatus`, and its `noop` task (which tests the
+machinery of queue, workers and peons without Spark).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from sluice.task.kafka_index_task import TaskToolbox
+
+
+class TaskFailure(Exception):
+    """Ends the task as FAILED with this message as its errorMsg."""
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    id: str
+    status_code: str  # RUNNING, SUCCESS, FAILED
+    error_msg: str | None = None
+    duration_ms: int = -1
+
+    @property
+    def is_complete(self) -> bool:
+        return self.status_code != "RUNNING"
+
+    @classmethod
+    def failure(cls, task_id: str, message: str) -> TaskStatus:
+        return cls(task_id, "FAILED", message)
+
+    @classmethod
+    def from_json(cls, payload: dict[str, Any]) -> TaskStatus:
+        return cls(payload["id"], payload.get("statusCode") or payload["status"], payload.get("errorMsg"),
+                   payload.get("duration", -1))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "status": self.status_code, "statusCode": self.status_code,
+                "duration": self.duration_ms, "errorMsg": self.error_msg}
+
+
+class TaskSpec(Protocol):
+    """A task's payload: what is stored, sent to a worker, and written to the peon's task.json."""
+
+    id: str
+
+    @property
+    def type(self) -> str: ...
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def data_source(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def needs_spark(self) -> bool: ...
+    def to_json(self) -> dict[str, Any]: ...
+
+
+class RunnableTask(Protocol):
+    spec: TaskSpec
+
+    def run(self) -> TaskStatus: ...
+    def stop(self) -> None: ...
+    def report(self, status: TaskStatus | None = None) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class NoopTaskSpec:
+    """Druid's `noop` task: sleeps `runTime` ms, then succeeds (or fails, with `fail`)."""
+
+    id: str
+    data_source: str = "none"
+    run_time_ms: int = 2500
+    fail: bool = False
+    group_id_: str | None = None
+    priority_: int = 0
+
+    type = "noop"
+    needs_spark = False
+
+    @property
+    def group_id(self) -> str:
+        return self.group_id_ or self.id
+
+    @property
+    def priority(self) -> int:
+        return self.priority_
+
+    @classmethod
+    def from_json(cls, payload: dict[str, Any]) -> NoopTaskSpec:
+        return cls(payload["id"], payload.get("dataSource") or "none", int(payload.get("runTime", 2500)),
+                   bool(payload.get("fail", False)), payload.get("groupId"),
+                   int((payload.get("context") or {}).get("priority", 0)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "id": self.id, "groupId": self.group_id, "dataSource": self.data_source,
+                "runTime": self.run_time_ms, "fail": self.fail, "context": {"priority": self.priority}}
+
+
+class NoopTask:
+    def __init__(self, spec: NoopTaskSpec, task_dir: Path) -> None:
+        self.spec = spec
+        self.task_dir = task_dir
+        self._stopped = threading.Event()
+
+    def run(self) -> TaskStatus:
+        started = time.monotonic()
+        stopped = self._stopped.wait(self.spec.run_time_ms / 1000)
+        duration = int((time.monotonic() - started) * 1000)
+        if stopped or self.spec.fail:
+            return TaskStatus(self.spec.id, "FAILED", "stopped" if stopped else "noop task told to fail", duration)
+        return TaskStatus(self.spec.id, "SUCCESS", None, duration)
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def report(self, status: TaskStatus | None = None) -> dict[str, Any]:
+        return {}
+
+
+def task_from_json(payload: Any) -> TaskSpec:
+    """Parse a stored or submitted task payload; raises TaskFailure naming what is wrong."""
+    from sluice.task.kafka_index_task import TASK_TYPE, KafkaIndexTaskSpec
+
+    if not isinstance(payload, dict) or not isinstance(payload.get("id"), str) or not payload["id"]:
+        raise TaskFailure("a task needs a JSON object with a non-empty string 'id'")
+    if payload.get("type") == NoopTaskSpec.type:
+        return NoopTaskSpec.from_json(payload)
+    if payload.get("type") == TASK_TYPE:
+        return KafkaIndexTaskSpec.from_json(payload)
+    raise TaskFailure(f"task type {payload.get('type')!r} is not supported; Sluice runs 'index_kafka' and 'noop'")
+
+
+def create_task(spec: TaskSpec, toolbox: TaskToolbox) -> RunnableTask:
+    from sluice.task.kafka_index_task import KafkaIndexTask, KafkaIndexTaskSpec
+
+    if isinstance(spec, KafkaIndexTaskSpec):
+        return KafkaIndexTask(spec, toolbox)
+    assert isinstance(spec, NoopTaskSpec)
+    return NoopTask(spec, toolbox.task_dir)
+
+
+def write_task_file(task_dir: Path, name: str, payload: Any) -> None:
+    """Atomically (write, then rename), so a reader never sees half a status or report."""
+    path = task_dir / name
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, default=str))
+    tmp.replace(path)

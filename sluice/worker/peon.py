@@ -1,0 +1,126 @@
+"""A peon: the process that runs one task (Druid's CliPeon with its ExecutorLifecycle).
+
+The worker starts it as `python -m sluice.worker.peon <task dir> …` with the task's payload in
+`<task dir>/task.json`. The peon
+- takes an exclusive lock on `<task dir>/lock` first, so a task never runs twice (a second peon for the
+  same directory exits at once), and holds it until it exits, which tells a restarted worker it still runs;
+- serves the chat API for its task on `--port`;
+- runs the task and writes `status.json` (and the task's own report) before it exits;
+- exits when its parent worker dies: an orphaned task must not keep reading, and nothing it did is
+  committed unless its publish transaction committed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from fastapi import FastAPI
+
+from sluice.metadata.store import MetadataStore
+from sluice.segment.deep_storage import DeepStorage
+from sluice.server.api_chat import chat_router
+from sluice.server.http_server import HttpServer
+from sluice.stream.kafka import KafkaStream
+from sluice.task.kafka_index_task import TaskToolbox
+from sluice.task.task import RunnableTask, TaskStatus, create_task, task_from_json, write_task_file
+
+log = logging.getLogger(__name__)
+
+LOCK_FILE = "lock"
+STATUS_FILE = "status.json"
+TASK_FILE = "task.json"
+REPORT_FILE = "report.json"
+
+
+def try_lock(task_dir: Path) -> IO[str] | None:
+    """The task directory's lock, held open; None when another process holds it."""
+    handle = (task_dir / LOCK_FILE).open("a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+def _watch_parent(parent_pid: int, task: RunnableTask) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(0.5)
+    log.warning("the worker (pid %d) is gone; stopping task %s", parent_pid, task.spec.id)
+    task.stop()
+    time.sleep(10)
+    os._exit(3)  # the task did not stop in time; nothing uncommitted survives a peon's exit anyway
+
+
+def run_peon(task_dir: Path, port: int, metadata_uri: str, deep_storage: str, spark_master: str,
+             parent_pid: int) -> int:
+    lock = try_lock(task_dir)
+    if lock is None:
+        log.error("task in %s is already running in another peon", task_dir)
+        return 2
+    spec = task_from_json(json.loads((task_dir / TASK_FILE).read_text()))
+    metadata = MetadataStore(metadata_uri)
+    spark = None
+    if spec.needs_spark:
+        from sluice.task import kafka_source, spark_session  # only tasks that read start Spark
+
+        spark = spark_session.get_or_create(spark_master)
+        kafka_source.register(spark)
+    toolbox = TaskToolbox(spark, metadata, DeepStorage.from_uri(deep_storage), task_dir, KafkaStream.for_io_config)
+    task = create_task(spec, toolbox)
+
+    app = FastAPI(title=f"Sluice peon {spec.id}")
+    app.include_router(chat_router(lambda task_id: task if task_id == spec.id else None))
+    app.get("/status/health")(lambda: True)
+    http = HttpServer(app, "127.0.0.1", port)
+    http.start()
+    threading.Thread(target=_watch_parent, args=(parent_pid, task), name="parent-watch", daemon=True).start()
+    signal.signal(signal.SIGTERM, lambda *_: task.stop())
+
+    status = task.run()
+    write_task_file(task_dir, STATUS_FILE, status.to_json())
+    log.info("task %s finished: %s %s", spec.id, status.status_code, status.error_msg or "")
+    http.stop()
+    if spark is not None:
+        spark.stop()
+    metadata.close()
+    lock.close()
+    return 0
+
+
+def read_status(task_dir: Path) -> TaskStatus | None:
+    path = task_dir / STATUS_FILE
+    return TaskStatus.from_json(json.loads(path.read_text())) if path.exists() else None
+
+
+def read_report(task_dir: Path) -> dict[str, Any] | None:
+    path = task_dir / REPORT_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="sluice-peon")
+    parser.add_argument("task_dir", type=Path)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--metadata-uri", required=True)
+    parser.add_argument("--deep-storage", required=True)
+    parser.add_argument("--spark-master", default="local[2]")
+    parser.add_argument("--parent-pid", type=int, default=os.getppid())
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    sys.exit(run_peon(args.task_dir, args.port, args.metadata_uri, args.deep_storage, args.spark_master,
+                      args.parent_pid))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+"""A worker (Druid's MiddleManager with its WorkerTaskManager and ForkingTaskRunner).
+
+It has `capacity` slots and runs each task it is assigned as a peon process in its own directory under
+`<work dir>/tasks/<task id>` (task.json, lock, log, status.json). It reports every task's status and
+location to whoever asks (the overlord polls), shuts tasks down on request, and, when it starts again,
+finds the tasks it ran before: those whose peon still holds its lock are adopted, the finished ones are
+reported from their status.json, and the rest are reported failed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sluice.task.task import TaskStatus, task_from_json, write_task_file
+from sluice.worker.peon import STATUS_FILE, TASK_FILE, read_report, read_status, try_lock
+
+log = logging.getLogger(__name__)
+
+PEON_FILE = "peon.json"
+LOG_FILE = "log"
+
+
+class WorkerFull(Exception):
+    """The worker has no free slot for another task."""
+
+
+@dataclass(frozen=True)
+class PeonConfig:
+    """What every peon of this worker is started with."""
+
+    metadata_uri: str
+    deep_storage: str
+    spark_master: str = "local[2]"
+
+
+@dataclass
+class _Peon:
+    task_id: str
+    task_dir: Path
+    pid: int
+    port: int
+    process: subprocess.Popen | None  # None for a peon adopted after a worker restart
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+class WorkerTaskManager:
+    def __init__(self, tasks_dir: Path, capacity: int, host: str, peon: PeonConfig) -> None:
+        self.tasks_dir = tasks_dir
+        self.capacity = capacity
+        self.host = host
+        self._peon = peon
+        self._running: dict[str, _Peon] = {}
+        self._completed: dict[str, TaskStatus] = {}
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._monitor = threading.Thread(target=self._watch, name="peon-monitor", daemon=True)
+
+    def start(self) -> None:
+        self.tasks_dir.mkdir(parents=True, exist_ok=True)
+        self._restore()
+        self._monitor.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Shut every peon down (their tasks end unpublished: nothing is committed) and wait for them."""
+        self._stopped.set()
+        for peon in self._peons():
+            self._signal(peon, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for peon in self._peons():
+            while _alive(peon.pid) and time.monotonic() < deadline:
+                self._reap(peon)
+                time.sleep(0.1)
+            if _alive(peon.pid):
+                self._signal(peon, signal.SIGKILL)
+            self._reap(peon)
+        self._monitor.join(5)
+
+    # ---- what the overlord asks ----
+
+    def assign(self, payload: dict[str, Any]) -> str:
+        spec = task_from_json(payload)
+        with self._lock:
+            if spec.id in self._running or spec.id in self._completed:
+                return spec.id  # assignment is idempotent: an overlord retrying must not start a second peon
+            if len(self._running) >= self.capacity:
+                raise WorkerFull(f"worker has no free slot (capacity {self.capacity})")
+            task_dir = self.tasks_dir / spec.id
+            task_dir.mkdir(parents=True, exist_ok=True)
+            write_task_file(task_dir, TASK_FILE, spec.to_json())
+            port = _free_port(self.host)
+            command = [sys.executable, "-m", "sluice.worker.peon", str(task_dir), "--port", str(port),
+                       "--metadata-uri", self._peon.metadata_uri, "--deep-storage", self._peon.deep_storage,
+                       "--spark-master", self._peon.spark_master, "--parent-pid", str(os.getpid())]
+            with (task_dir / LOG_FILE).open("ab") as log_file:
+                process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            write_task_file(task_dir, PEON_FILE, {"pid": process.pid, "port": port})
+            self._running[spec.id] = _Peon(spec.id, task_dir, process.pid, port, process)
+        log.info("task %s runs in peon pid %d, chat port %d", spec.id, process.pid, port)
+        return spec.id
+
+    def tasks(self) -> list[dict[str, Any]]:
+        """Every task this worker knows: Druid's TaskAnnouncement (status and location)."""
+        with self._lock:
+            running = [{"id": p.task_id, "status": TaskStatus(p.task_id, "RUNNING").to_json(),
+                        "location": {"host": self.host, "port": p.port, "tlsPort": -1}}
+                       for p in self._running.values()]
+            done = [{"id": s.id, "status": s.to_json(), "location": {"host": None, "port": -1, "tlsPort": -1}}
+                    for s in self._completed.values()]
+        return running + done
+
+    def shutdown(self, task_id: str) -> bool:
+        with self._lock:
+            peon = self._running.get(task_id)
+        if peon is None:
+            return False
+        self._signal(peon, signal.SIGTERM)
+        return True
+
+    def log(self, task_id: str, offset: int = 0) -> bytes | None:
+        path = self.tasks_dir / task_id / LOG_FILE
+        if not path.exists():
+            return None
+        with path.open("rb") as handle:
+            if offset < 0:
+                handle.seek(max(0, path.stat().st_size + offset))
+            else:
+                handle.seek(offset)
+            return handle.read()
+
+    def report(self, task_id: str) -> dict[str, Any] | None:
+        return read_report(self.tasks_dir / task_id)
+
+    @property
+    def used_capacity(self) -> int:
+        with self._lock:
+            return len(self._running)
+
+    # ---- peons ----
+
+    def _peons(self) -> list[_Peon]:
+        with self._lock:
+            return list(self._running.values())
+
+    def _signal(self, peon: _Peon, sig: signal.Signals) -> None:
+        try:
+            os.kill(peon.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def _reap(self, peon: _Peon) -> bool:
+        """True (and the task completed) once the peon has exited."""
+        if peon.process is not None:
+            code = peon.process.poll()
+            if code is None:
+                return False
+        elif _alive(peon.pid):
+            return False
+        else:
+            code = None
+        status = read_status(peon.task_dir) or TaskStatus.failure(
+            peon.task_id, f"the peon exited (code {code}) before its task reported a status; nothing was committed "
+                          "unless the task's publish transaction committed")
+        with self._lock:
+            self._running.pop(peon.task_id, None)
+            self._completed[peon.task_id] = status
+        log.info("task %s finished: %s %s", status.id, status.status_code, status.error_msg or "")
+        return True
+
+    def _watch(self) -> None:
+        while not self._stopped.wait(0.2):
+            for peon in self._peons():
+                self._reap(peon)
+
+    def _restore(self) -> None:
+        """After a restart: adopt live peons, report finished and lost tasks."""
+        for task_dir in sorted(p for p in self.tasks_dir.iterdir() if (p / TASK_FILE).exists()):
+            task_id = task_dir.name
+            status = read_status(task_dir)
+            if status is not None:
+                self._completed[task_id] = status
+                continue
+            lock = try_lock(task_dir)
+            if lock is None and (task_dir / PEON_FILE).exists():
+                peon = json.loads((task_dir / PEON_FILE).read_text())
+                self._running[task_id] = _Peon(task_id, task_dir, peon["pid"], peon["port"], None)
+                log.info("adopted task %s still running in peon pid %d", task_id, peon["pid"])
+                continue
+            if lock is not None:
+                lock.close()
+            failed = TaskStatus.failure(task_id, "the worker restarted and this task's peon was gone")
+            write_task_file(task_dir, STATUS_FILE, failed.to_json())
+            self._completed[task_id] = failed
+

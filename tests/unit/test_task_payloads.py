@@ -1,0 +1,45 @@
+"""Task payloads survive the trip through storage, a worker and a peon's task.json unchanged."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from sluice.spec.supervisor import parse_supervisor_spec
+from sluice.task.kafka_index_task import KafkaIndexTaskSpec
+from sluice.task.task import NoopTask, NoopTaskSpec, TaskFailure, task_from_json
+from tests.integration.harness import supervisor_spec
+
+
+def test_kafka_index_task_round_trips_through_its_json() -> None:
+    ingestion = parse_supervisor_spec(supervisor_spec("wiki", "edits", "127.0.0.1:9092",
+                                                      lateMessageRejectionPeriod="PT1H")).spec
+    spec = KafkaIndexTaskSpec("index_kafka_wiki_abc", 1, "index_kafka_wiki_0123456789abcdef", ingestion,
+                              {0: 10, 2: 7}, datetime(2026, 11, 22, 1, 2, 3, 456000, UTC), "2026-11-22T00:00:00.000Z")
+
+    again = task_from_json(spec.to_json())
+
+    assert again == spec
+    assert again.message_window == spec.message_window
+    assert (again.type, again.group_id, again.priority) == ("index_kafka", "index_kafka_wiki", 75)
+
+
+def test_noop_task_round_trips_and_runs(tmp_path: Path) -> None:
+    spec = task_from_json({"type": "noop", "id": "noop_1", "runTime": 10, "groupId": "g", "context": {"priority": 5}})
+
+    assert spec == NoopTaskSpec("noop_1", "none", 10, False, "g", 5)
+    assert task_from_json(spec.to_json()) == spec
+    assert NoopTask(spec, tmp_path).run().status_code == "SUCCESS"
+    assert NoopTask(NoopTaskSpec("noop_2", fail=True, run_time_ms=0), tmp_path).run().error_msg == "noop task told to fail"
+
+
+@pytest.mark.parametrize(("payload", "message"), [
+    ({"type": "index_hadoop", "id": "x"}, "task type 'index_hadoop' is not supported"),
+    ({"type": "noop"}, "non-empty string 'id'"),
+    ([], "non-empty string 'id'"),
+])
+def test_bad_task_payloads_are_named(payload: object, message: str) -> None:
+    with pytest.raises(TaskFailure, match=message):
+        task_from_json(payload)
