@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -18,6 +19,7 @@ from sluice.server.api_chat import CHAT_PREFIX
 from sluice.task.kafka_index_task import KafkaIndexTaskSpec, TaskState
 from sluice.task.stats import RowStats
 from sluice.task.task import TaskFailure
+from sluice.timestamps import parse_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,10 @@ class HttpTaskClient:
     def row_stats(self) -> RowStats:
         answer = self._json("GET", "/rowStats")
         return RowStats.from_json(answer["totals"]["buildSegments"]) if answer else RowStats()
+
+    def start_time(self) -> datetime | None:
+        answer = self._json("GET", "/time/start")
+        return parse_timestamp(answer) if answer else None
 
     def current_offsets(self) -> dict[int, int] | None:
         answer = self._json("GET", "/offsets/current")

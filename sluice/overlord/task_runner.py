@@ -8,6 +8,7 @@ client of its peon's chat API.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Callable, Protocol
 
 from sluice.task.kafka_index_task import KafkaIndexTaskSpec, TaskState
@@ -20,6 +21,7 @@ class TaskClient(Protocol):
     state: TaskState | None
     row_stats: RowStats
 
+    def start_time(self) -> datetime | None: ...
     def current_offsets(self) -> dict[int, int] | None: ...
     def pause(self, timeout: float = 30.0) -> dict[int, int] | None: ...
     def resume(self) -> None: ...

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 
 from sluice.task.kafka_index_task import KafkaIndexTask, TaskState
 from sluice.task.task import RunnableTask, TaskFailure
+from sluice.timestamps import format_timestamp
 
 CHAT_PREFIX = "/druid/worker/v1/chat"
 _PAUSABLE = (TaskState.STARTING, TaskState.READING, TaskState.PAUSED)
@@ -96,6 +97,6 @@ def chat_router(lookup: Callable[[str], RunnableTask | None]) -> APIRouter:
 
     @router.get("/time/start")
     def start_time(task_id: str) -> Any:
-        return answer(task_id, lambda t: t.start_time_iso())
+        return answer(task_id, lambda t: format_timestamp(t.started) if t.started else None)
 
     return router

@@ -185,8 +185,8 @@ class KafkaIndexTask:
         """Each sequence's start offsets, by sequence id (one sequence until checkpoints split a task)."""
         return {0: dict(self.spec.start_offsets)}
 
-    def start_time_iso(self) -> str | None:
-        return format_timestamp(self.started) if self.started else None
+    def start_time(self) -> datetime | None:
+        return self.started
 
     def pause(self, timeout: float = 30.0) -> dict[int, int] | None:
         """Stop reading and return the current offsets; None if the task is not reading.

@@ -70,22 +70,24 @@ def run_peon(task_dir: Path, port: int, metadata_uri: str, deep_storage: str, sp
         return 2
     spec = task_from_json(json.loads((task_dir / TASK_FILE).read_text()))
     metadata = MetadataStore(metadata_uri)
-    spark = None
-    if spec.needs_spark:
-        from sluice.task import kafka_source, spark_session  # only tasks that read start Spark
-
-        spark = spark_session.get_or_create(spark_master)
-        kafka_source.register(spark)
-    toolbox = TaskToolbox(spark, metadata, DeepStorage.from_uri(deep_storage), task_dir, KafkaStream.for_io_config)
+    toolbox = TaskToolbox(None, metadata, DeepStorage.from_uri(deep_storage), task_dir, KafkaStream.for_io_config)
     task = create_task(spec, toolbox)
-
+    # the chat API answers from the start (a task starting its Spark is NOT_STARTED, not unreachable)
     app = FastAPI(title=f"Sluice peon {spec.id}")
     app.include_router(chat_router(lambda task_id: task if task_id == spec.id else None))
     app.get("/status/health")(lambda: True)
     http = HttpServer(app, "127.0.0.1", port)
     http.start()
     threading.Thread(target=_watch_parent, args=(parent_pid, task), name="parent-watch", daemon=True).start()
-    signal.signal(signal.SIGTERM, lambda *_: task.stop())
+    # stopping may call into Spark, which must not happen inside a signal handler on a thread busy in Spark
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=task.stop, name="sigterm").start())
+    spark = None
+    if spec.needs_spark:
+        from sluice.task import kafka_source, spark_session  # only tasks that read start Spark
+
+        spark = spark_session.get_or_create(spark_master)
+        kafka_source.register(spark)
+        toolbox.spark = spark
 
     status = task.run()
     write_task_file(task_dir, STATUS_FILE, status.to_json())

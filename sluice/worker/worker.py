@@ -75,6 +75,7 @@ class WorkerTaskManager:
         self._peon = peon
         self._running: dict[str, _Peon] = {}
         self._completed: dict[str, TaskStatus] = {}
+        self._shut_down: set[str] = set()  # tasks asked to shut down, so a peon killed early is no mystery
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._monitor = threading.Thread(target=self._watch, name="peon-monitor", daemon=True)
@@ -137,6 +138,7 @@ class WorkerTaskManager:
             peon = self._running.get(task_id)
         if peon is None:
             return False
+        self._shut_down.add(task_id)
         self._signal(peon, signal.SIGTERM)
         return True
 
@@ -182,10 +184,12 @@ class WorkerTaskManager:
         else:
             code = None
         status = read_status(peon.task_dir) or TaskStatus.failure(
-            peon.task_id, f"the peon exited (code {code}) before its task reported a status; nothing was committed "
-                          "unless the task's publish transaction committed")
+            peon.task_id, "shut down before the task started" if peon.task_id in self._shut_down else
+            f"the peon exited (code {code}) before its task reported a status; nothing was committed unless the "
+            "task's publish transaction committed")
         with self._lock:
-            self._running.pop(peon.task_id, None)
+            if self._running.pop(peon.task_id, None) is None:
+                return True  # the monitor and stop() both saw it exit
             self._completed[peon.task_id] = status
         log.info("task %s finished: %s %s", status.id, status.status_code, status.error_msg or "")
         return True

@@ -1,5 +1,6 @@
 """The supervisor's decisions: observations in -> state and actions out, no servers involved."""
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -23,6 +24,7 @@ def started(state: SupervisorState, ids: dict[int, str]) -> SupervisorState:
     """What the runner does after StartTask: the task id joins its group."""
     for group_id, task_id in ids.items():
         state.active[group_id].task_ids.add(task_id)
+        state.active[group_id].started = state.active[group_id].created
     return state
 
 
@@ -179,3 +181,22 @@ def test_reset_offset_automatically_restarts_the_partition_and_says_so(use_earli
     assert decided.errors == [f"Offsets were reset automatically, potential data duplication or loss: "
                               f"partition [0] from [500] to [{restart}]"]
     assert decided.blocked == []
+
+
+def test_task_duration_counts_from_when_the_first_replica_started_reading():
+    """A peon starting its Spark can take longer than taskDuration; its group is not ended before it read."""
+    state = plan(SupervisorState(), observe(partitions=(0,)), CONFIG).state
+    state.active[0].task_ids.add("slow")
+    long_after = T0 + CONFIG.task_duration * 2
+    decided = plan(state, observe(now=long_after, partitions=(0,), statuses={"slow": "RUNNING"}), CONFIG)
+    assert decided.actions == [] and decided.state.active[0].started is None
+
+    started_at = long_after + timedelta(seconds=5)
+    obs = replace(observe(now=started_at, partitions=(0,), statuses={"slow": "RUNNING"}),
+                  task_start_times={"slow": started_at})
+    decided = plan(decided.state, obs, CONFIG)
+    assert decided.actions == [] and decided.state.active[0].started == started_at
+
+    at_duration = started_at + CONFIG.task_duration
+    decided = plan(decided.state, observe(now=at_duration, partitions=(0,), statuses={"slow": "RUNNING"}), CONFIG)
+    assert decided.actions == [EndGroup(0)]

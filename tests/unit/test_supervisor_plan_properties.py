@@ -153,7 +153,9 @@ class World:
         known |= {t for groups in self.state.pending.values() for g in groups for t in g.task_ids}
         statuses = {t: self.tasks[t].status for t in known if self.tasks[t].status != GONE}
         initial = {p: self.latest[p] for p in self.partitions if p not in self.stored}
-        return Observation(self.now, list(self.partitions), dict(self.stored), initial, statuses)
+        # tasks start reading as soon as they are created (the slow-start rule has its own unit test)
+        starts = {t: g.created for g in self.state.active.values() for t in g.task_ids if statuses.get(t) == "RUNNING"}
+        return Observation(self.now, list(self.partitions), dict(self.stored), initial, statuses, task_start_times=starts)
 
     def step(self, data: st.DataObject, end_offsets: Callable[[dict[int, int]], dict[int, int]] | None = None) -> Step:
         observation = self.observe()

@@ -37,6 +37,9 @@ class TaskGroup:
     #: set when the group stops reading: the offsets it publishes up to, and when to give up on it
     end_offsets: dict[int, int] | None = None
     completion_deadline: datetime | None = None
+    #: when its first replica started reading (Druid's group start time): taskDuration counts from here, so
+    #: a task slow to start (a peon starting its Spark) is not ended before it read anything
+    started: datetime | None = None
 
 
 @dataclass
@@ -82,6 +85,8 @@ class Observation:
     #: what the stream holds now, per partition: offsets outside [earliest, latest] cannot be read
     earliest_offsets: dict[int, int] = field(default_factory=dict)
     latest_offsets: dict[int, int] = field(default_factory=dict)
+    #: when tasks of groups that had not started yet began reading, for those whose start is known
+    task_start_times: dict[str, datetime] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -215,7 +220,11 @@ def _check_task_duration(state: SupervisorState, obs: Observation, config: PlanC
     for partition in obs.partitions:
         assigned.setdefault(group_of(partition, config.task_count), set()).add(partition)
     for group_id, group in state.active.items():
-        if obs.now >= group.created + config.task_duration or set(group.starting_offsets) != assigned.get(group_id):
+        starts = [obs.task_start_times[t] for t in group.task_ids if t in obs.task_start_times]
+        if group.started is None and starts:
+            group.started = min(starts)
+        expired = group.started is not None and obs.now >= group.started + config.task_duration
+        if expired or set(group.starting_offsets) != assigned.get(group_id):
             actions.append(EndGroup(group_id))
 
 

@@ -252,7 +252,10 @@ class StreamSupervisor:
         task_ids = {t for g in self.state.active.values() for t in g.task_ids}
         task_ids |= {t for gs in self.state.pending.values() for g in gs for t in g.task_ids}
         statuses = {t: s.status_code for t in task_ids if (s := self._runner.status(t)) is not None}
-        return Observation(self._clock(), partitions, stored_offsets, initial, statuses, earliest, latest)
+        not_started = [t for g in self.state.active.values() if g.started is None for t in g.task_ids]
+        starts = {t: started for t in not_started
+                  if (client := self._runner.client(t)) is not None and (started := client.start_time()) is not None}
+        return Observation(self._clock(), partitions, stored_offsets, initial, statuses, earliest, latest, starts)
 
     def _execute(self, action: Any) -> None:
         io = self.spec.spec.io_config
@@ -340,9 +343,12 @@ class StreamSupervisor:
         io = self.spec.spec.io_config
         now = self._clock()
         state, detailed = self.health()
-        active = [self._task_report(t, g, "ACTIVE", now) for g in self.state.active.values() for t in sorted(g.task_ids)]
-        publishing = [self._task_report(t, g, "PUBLISHING", now)
-                      for gs in self.state.pending.values() for g in gs for t in sorted(g.task_ids)]
+        # the notice thread changes the groups while this (an HTTP thread) asks their tasks: copy them first
+        snapshot = self.state
+        reading = [(t, g) for g in list(snapshot.active.values()) for t in sorted(g.task_ids)]
+        ending = [(t, g) for gs in list(snapshot.pending.values()) for g in list(gs) for t in sorted(g.task_ids)]
+        active = [self._task_report(t, g, "ACTIVE", now) for t, g in reading]
+        publishing = [self._task_report(t, g, "PUBLISHING", now) for t, g in ending]
         task_lags = [report["lag"] for report in active if report["lag"] is not None]
         lag = {p: min(l[p] for l in task_lags if p in l) for p in sorted({p for l in task_lags for p in l})}
         payload = {
@@ -368,7 +374,7 @@ class StreamSupervisor:
     def _task_report(self, task_id: str, group: Any, kind: str, now: datetime) -> dict[str, Any]:
         client = self._runner.client(task_id)
         current = client.current_offsets() if client is not None else None
-        remaining = (group.created + self.config.task_duration - now).total_seconds()
+        remaining = ((group.started or now) + self.config.task_duration - now).total_seconds()
         return {
             "id": task_id,
             "startingOffsets": _str_keys(group.starting_offsets),

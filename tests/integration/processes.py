@@ -1,0 +1,73 @@
+"""Sluice roles as real processes for the tests: `sluice overlord|worker|broker` started the way an
+operator starts them, killed the way machines die."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.integration.harness import free_port
+
+
+class SluiceProcess:
+    def __init__(self, role: str, work_dir: Path, metadata_uri: str, *args: str) -> None:
+        self.role = role
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = work_dir / f"{role}-{self.port}.log"
+        self._command = [sys.executable, "-m", "sluice.cli", "--log-level", "INFO", role, "--port", str(self.port),
+                         "--work-dir", str(work_dir / role), "--metadata-uri", metadata_uri,
+                         "--deep-storage", (work_dir / "deep-storage").as_uri(), *args]
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 60.0) -> SluiceProcess:
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(self._command, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"sluice {self.role} exited: {self.log_path.read_text()[-3000:]}")
+            try:
+                if httpx.get(self.url + "/status/health", timeout=2).json() is True:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"sluice {self.role} did not become healthy: {self.log_path.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        """kill -9: no shutdown hook runs."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=60)
+
+
+def peon_pids(task_id: str) -> list[int]:
+    """The peon processes running a task (their command line names the task directory)."""
+    found = subprocess.run(["pgrep", "-f", f"sluice.worker.peon .*{task_id}"], capture_output=True, text=True)
+    return [int(pid) for pid in found.stdout.split()]
+
+
+def kill_9(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

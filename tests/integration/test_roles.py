@@ -1,0 +1,194 @@
+"""Overlord, worker and broker as separate processes sharing one metadata store: tasks queue, run in
+peons, survive an overlord restart, and fail (to be replaced) when their worker dies. Streaming ingestion
+through peons stays exactly once when a peon is killed with SIGKILL while reading or while publishing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sluice.dev.sample_data import generate, produce
+from tests.integration.harness import supervisor_spec, wait_for
+from tests.integration.processes import SluiceProcess, kill_9, peon_pids
+
+TASKS = "/druid/indexer/v1"
+
+
+def noop(task_id: str, run_time_ms: int) -> dict:
+    return {"type": "noop", "id": task_id, "runTime": run_time_ms}
+
+
+def task_status(overlord: httpx.Client, task_id: str) -> dict:
+    return overlord.get(f"{TASKS}/task/{task_id}/status").json()["status"]
+
+
+def finished(overlord: httpx.Client, task_id: str) -> dict | None:
+    status = task_status(overlord, task_id)
+    return status if status["statusCode"] != "RUNNING" else None
+
+
+@pytest.fixture
+def cluster_dir(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+def metadata_uri(work_dir: Path) -> str:
+    return f"sqlite:///{work_dir / 'metadata.db'}"
+
+
+@pytest.fixture
+def overlord_and_worker(cluster_dir: Path) -> Iterator[tuple[SluiceProcess, SluiceProcess]]:
+    uri = metadata_uri(cluster_dir)
+    overlord = SluiceProcess("overlord", cluster_dir, uri).start()
+    worker = SluiceProcess("worker", cluster_dir, uri, "--capacity", "1").start()
+    yield overlord, worker
+    for process in (worker, overlord):
+        process.stop()
+
+
+def test_tasks_wait_for_a_free_slot_run_in_peons_and_report_through_the_overlord(overlord_and_worker) -> None:
+    overlord_process, worker = overlord_and_worker
+    with overlord_process.client() as overlord:
+        assert overlord.post(f"{TASKS}/task", json=noop("noop_a", 4000)).json() == {"task": "noop_a"}
+        assert overlord.post(f"{TASKS}/task", json=noop("noop_b", 200)).json() == {"task": "noop_b"}
+
+        running = wait_for(lambda: overlord.get(f"{TASKS}/runningTasks").json(), 30, "noop_a running")
+        assert [t["id"] for t in running] == ["noop_a"] and running[0]["location"]["port"] > 0
+        assert [t["id"] for t in overlord.get(f"{TASKS}/pendingTasks").json()] == ["noop_b"]
+        workers = overlord.get(f"{TASKS}/workers").json()
+        assert [(w["worker"]["host"], w["worker"]["capacity"], w["currCapacityUsed"], w["runningTasks"])
+                for w in workers] == [(f"127.0.0.1:{worker.port}", 1, 1, ["noop_a"])]
+
+        for task_id in ("noop_a", "noop_b"):
+            assert wait_for(lambda: finished(overlord, task_id), 60, task_id)["statusCode"] == "SUCCESS"
+        assert {t["id"] for t in overlord.get(f"{TASKS}/completeTasks").json()} == {"noop_a", "noop_b"}
+        assert "task noop_a finished: SUCCESS" in overlord.get(f"{TASKS}/task/noop_a/log").text
+        statuses = overlord.post(f"{TASKS}/taskStatus", json=["noop_a", "nope"]).json()
+        assert list(statuses) == ["noop_a"] and statuses["noop_a"]["status"] == "SUCCESS"
+
+        overlord.post(f"{TASKS}/task", json=noop("noop_long", 600_000))
+        wait_for(lambda: task_status(overlord, "noop_long")["runnerStatusCode"] == "RUNNING", 30, "noop_long running")
+        assert overlord.post(f"{TASKS}/task/noop_long/shutdown").json() == {"task": "noop_long"}
+        stopped = wait_for(lambda: finished(overlord, "noop_long"), 30, "shutdown")
+        assert stopped["statusCode"] == "FAILED" and stopped["errorMsg"] in ("stopped", "shut down before the task started")
+        assert overlord.post(f"{TASKS}/task/noop_long/shutdown").status_code == 404
+
+
+def test_bad_task_submissions_are_400s_naming_the_problem(overlord_and_worker) -> None:
+    with overlord_and_worker[0].client() as overlord:
+        response = overlord.post(f"{TASKS}/task", json={"type": "index_hadoop", "id": "h"})
+        assert response.status_code == 400 and "task type 'index_hadoop' is not supported" in response.json()["error"]
+        overlord.post(f"{TASKS}/task", json=noop("twice", 10))
+        response = overlord.post(f"{TASKS}/task", json=noop("twice", 10))
+        assert response.status_code == 400 and response.json()["error"] == "Task [twice] already exists"
+        response = overlord.get(f"{TASKS}/tasks", params={"state": "sleeping"})
+        assert response.status_code == 400 and "Invalid state : sleeping" in response.json()["error"]
+
+
+def test_a_restarted_overlord_finds_the_tasks_still_running_on_workers(overlord_and_worker, cluster_dir) -> None:
+    overlord_process, _ = overlord_and_worker
+    with overlord_process.client() as overlord:
+        overlord.post(f"{TASKS}/task", json=noop("survivor", 8000))
+        wait_for(lambda: task_status(overlord, "survivor")["runnerStatusCode"] == "RUNNING", 30, "survivor running")
+    overlord_process.kill()
+    successor = SluiceProcess("overlord", cluster_dir, metadata_uri(cluster_dir)).start()
+    try:
+        with successor.client() as overlord:
+            status = task_status(overlord, "survivor")
+            assert (status["statusCode"], status["runnerStatusCode"]) == ("RUNNING", "RUNNING")
+            assert wait_for(lambda: finished(overlord, "survivor"), 60, "survivor")["statusCode"] == "SUCCESS"
+    finally:
+        successor.stop()
+
+
+def test_a_dead_worker_fails_its_tasks_and_its_peons_exit(overlord_and_worker, cluster_dir) -> None:
+    overlord_process, worker = overlord_and_worker
+    with overlord_process.client() as overlord:
+        overlord.post(f"{TASKS}/task", json=noop("orphan", 600_000))
+        wait_for(lambda: task_status(overlord, "orphan")["runnerStatusCode"] == "RUNNING", 30, "orphan running")
+        assert len(peon_pids("orphan")) == 1
+        worker.kill()
+        wait_for(lambda: not peon_pids("orphan"), 20, "the orphaned peon to exit")
+        status = wait_for(lambda: finished(overlord, "orphan"), 30, "the worker's death to be noticed")
+        assert (status["statusCode"], status["errorMsg"]) == ("FAILED", "the worker running this task disappeared")
+
+        restarted = SluiceProcess("worker", cluster_dir, metadata_uri(cluster_dir), "--capacity", "1").start()
+        try:
+            overlord.post(f"{TASKS}/task", json=noop("after", 100))
+            assert wait_for(lambda: finished(overlord, "after"), 60, "a task on the restarted worker")["statusCode"] \
+                == "SUCCESS"
+            assert task_status(overlord, "orphan")["statusCode"] == "FAILED"
+        finally:
+            restarted.stop()
+
+
+@pytest.mark.spark
+@pytest.mark.kafka
+def test_streaming_through_peons_is_exactly_once_when_peons_are_killed(kafka_broker, cluster_dir) -> None:
+    uri = metadata_uri(cluster_dir)
+    processes = [SluiceProcess("overlord", cluster_dir, uri).start(),
+                 SluiceProcess("worker", cluster_dir, uri, "--capacity", "3").start(),
+                 SluiceProcess("broker", cluster_dir, uri).start()]
+    overlord_process, _, broker_process = processes
+    topic = "wiki-peons"
+    kafka_broker.create_topic(topic, 2)
+    records = generate(40_000, seed=5)
+    first, second = records[:20_000], records[20_000:]
+    produce(kafka_broker.bootstrap_servers, topic, first, 2)
+    try:
+        with overlord_process.client() as overlord, broker_process.client() as broker:
+            spec = supervisor_spec("wiki_peons", topic, kafka_broker.bootstrap_servers, taskDuration="PT40S")
+            spec["spec"]["tuningConfig"]["maxRowsInMemory"] = 4_000
+            assert overlord.post(f"{TASKS}/supervisor", json=spec).status_code == 200
+
+            def supervisor() -> dict:
+                return overlord.get(f"{TASKS}/supervisor/wiki_peons/status").json()["payload"]
+
+            def reading_task() -> str | None:
+                return next((t["id"] for t in supervisor()["activeTasks"]
+                             if sum((t["currentOffsets"] or {}).values()) > sum(t["startingOffsets"].values())), None)
+
+            victim = wait_for(reading_task, 120, "a task reading in its peon")
+            for pid in peon_pids(victim):
+                kill_9(pid)
+            assert wait_for(lambda: finished(overlord, victim), 60, "the killed task")["statusCode"] == "FAILED"
+
+            def publishing_task() -> str | None:
+                for task in supervisor()["publishingTasks"]:
+                    location = task_status(overlord, task["id"])["location"]
+                    if location["port"] > 0:
+                        chat = f"http://127.0.0.1:{location['port']}/druid/worker/v1/chat/{task['id']}/status"
+                        try:
+                            if httpx.get(chat, timeout=2).json() == "PUBLISHING":
+                                return task["id"]
+                        except httpx.HTTPError:
+                            pass
+                time.sleep(0.05)
+                return None
+
+            end_offsets = produce(kafka_broker.bootstrap_servers, topic, second, 2)
+            victim = wait_for(publishing_task, 180, "a task publishing in its peon")
+            for pid in peon_pids(victim):
+                kill_9(pid)
+
+            def committed() -> dict[int, int]:
+                stored = overlord.get(f"{TASKS}/supervisor/wiki_peons/status").json()["payload"]
+                return {int(p): o for p, o in (stored["latestOffsets"] or {}).items()} if stored["aggregateLag"] == 0 \
+                    and not stored["publishingTasks"] else {}
+
+            wait_for(lambda: committed() == end_offsets, 300, "every offset read and published")
+            valid = [r for r in records if r.kind == "valid"]
+
+            def total() -> int | None:
+                rows = broker.post("/druid/v2/sql", json={"query": 'SELECT SUM("count") AS n FROM wiki_peons'}).json()
+                return rows[0]["n"] if rows and rows[0]["n"] == len(valid) else None
+
+            assert wait_for(total, 60, "the broker to see every row") == len(valid)
+            overlord.post(f"{TASKS}/supervisor/wiki_peons/terminate")
+    finally:
+        for process in reversed(processes):
+            process.stop()
