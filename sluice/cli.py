@@ -7,6 +7,7 @@ import argparse
 import logging
 from pathlib import Path
 
+from sluice.emitter.config import EmitterConfig
 from sluice.server.roles import Role
 
 
@@ -31,6 +32,10 @@ def main(argv: list[str] | None = None) -> None:
         command.add_argument("--deep-storage", help="file:///… (default: <work-dir>/deep-storage) or s3://bucket/prefix")
         command.add_argument("--spark-master", default="local[*]" if role is Role.ALL_IN_ONE else "local[2]",
                              help="the Spark master tasks run on")
+        command.add_argument("--emitter", type=EmitterConfig.model_validate_json,
+                             default=EmitterConfig(type="prometheus"),
+                             help='where metrics go, as JSON with Druid\'s names, e.g. \'{"type":"composing",'
+                                  '"emitters":["prometheus","logging"]}\' (default: prometheus, served on /metrics)')
         if role is Role.WORKER:
             command.add_argument("--capacity", type=int, default=2, help="tasks (peons) at once")
         if role is Role.OVERLORD:
@@ -51,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
 
         node = Node(NodeConfig(args.host, args.port, args.work_dir, args.metadata_uri, args.deep_storage,
                                args.spark_master, args.role, getattr(args, "capacity", 2),
-                               getattr(args, "worker_select_strategy", "equalDistribution")))
+                               getattr(args, "worker_select_strategy", "equalDistribution"), args.emitter))
         node.start()
         print(f"Sluice {args.role.value} serves on http://{args.host}:{args.port} (Ctrl-C to stop)")
         node.lifecycle.join()

@@ -17,7 +17,7 @@ import httpx
 
 from sluice.server.api_chat import CHAT_PREFIX
 from sluice.task.kafka_index_task import KafkaIndexTaskSpec, TaskState
-from sluice.task.stats import RowStats
+from sluice.task.meters import BUILD_SEGMENTS, ParseExceptionReport
 from sluice.task.task import TaskFailure
 from sluice.timestamps import parse_timestamp
 
@@ -56,10 +56,12 @@ class HttpTaskClient:
         answer = self._json("GET", "/status")
         return TaskState(answer) if answer else None
 
-    @property
-    def row_stats(self) -> RowStats:
-        answer = self._json("GET", "/rowStats")
-        return RowStats.from_json(answer["totals"]["buildSegments"]) if answer else RowStats()
+    def row_stats_report(self) -> dict[str, Any] | None:
+        return self._json("GET", "/rowStats")
+
+    def parse_errors(self) -> list[ParseExceptionReport]:
+        answer = self._json("GET", "/unparseableEvents") or {}
+        return [ParseExceptionReport.from_json(r) for r in answer.get(BUILD_SEGMENTS, [])]
 
     def start_time(self) -> datetime | None:
         answer = self._json("GET", "/time/start")

@@ -16,6 +16,7 @@ import threading
 from collections import Counter
 from typing import Any, Callable, Protocol
 
+from sluice.emitter import ServiceEmitter, metrics
 from sluice.metadata.store import MetadataStore
 from sluice.task.task import TaskFailure, TaskSpec, TaskStatus, task_from_json
 
@@ -39,9 +40,10 @@ class Runner(Protocol):
 
 
 class TaskQueue:
-    def __init__(self, metadata: MetadataStore, runner: Runner, max_size: int = 2**31 - 1,
-                 period: float = 1.0) -> None:
+    def __init__(self, metadata: MetadataStore, runner: Runner, emitter: ServiceEmitter,
+                 max_size: int = 2**31 - 1, period: float = 1.0) -> None:
         self._metadata = metadata
+        self._emitter = emitter
         self.runner = runner
         self._max_size = max_size
         self._period = period
@@ -127,12 +129,18 @@ class TaskQueue:
         if not status.is_complete:
             return
         with self._lock:
-            if self._tasks.pop(status.id, None) is None:
+            spec = self._tasks.pop(status.id, None)
+            if spec is None:
                 return
             self._given.discard(status.id)
             self.counts[status.status_code] += 1
             listeners = list(self._listeners)
         self._store(status)
+        dimensions = {metrics.DATASOURCE: spec.data_source, metrics.TASK_ID: spec.id, metrics.TASK_TYPE: spec.type}
+        self._emitter.metric(metrics.TASK_RUN_TIME, max(status.duration_ms, 0), **dimensions,
+                             **{metrics.TASK_STATUS: status.status_code})
+        self._emitter.metric(metrics.TASK_SUCCESS_COUNT if status.status_code == "SUCCESS" else metrics.TASK_FAILED_COUNT,
+                             1, **dimensions)
         for listener in listeners:
             listener(status)
 

@@ -9,17 +9,16 @@ client of its peon's chat API.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from sluice.task.kafka_index_task import KafkaIndexTaskSpec, TaskState
-from sluice.task.stats import RowStats
+from sluice.task.meters import ParseExceptionReport
 from sluice.task.task import TaskSpec, TaskStatus
 
 
 class TaskClient(Protocol):
     spec: KafkaIndexTaskSpec
     state: TaskState | None
-    row_stats: RowStats
 
     def start_time(self) -> datetime | None: ...
     def current_offsets(self) -> dict[int, int] | None: ...
@@ -27,6 +26,8 @@ class TaskClient(Protocol):
     def resume(self) -> None: ...
     def set_end_offsets(self, end: dict[int, int], finish: bool = True) -> None: ...
     def stop(self) -> None: ...
+    def row_stats_report(self) -> dict[str, Any] | None: ...
+    def parse_errors(self) -> list[ParseExceptionReport]: ...
 
 
 class TaskRunner(Protocol):

@@ -89,7 +89,11 @@ def chat_router(lookup: Callable[[str], RunnableTask | None]) -> APIRouter:
 
     @router.get("/rowStats")
     def row_stats(task_id: str) -> Any:
-        return answer(task_id, lambda t: {"totals": {"buildSegments": t.row_stats.to_json()}})
+        return answer(task_id, lambda t: t.row_stats_report())
+
+    @router.get("/unparseableEvents")
+    def unparseable_events(task_id: str) -> Any:
+        return answer(task_id, lambda t: t.parse_exceptions.unparseable_events())
 
     @router.get("/liveReports")
     def live_reports(task_id: str) -> Any:

@@ -97,6 +97,16 @@ def supervisor_router(supervisors: SupervisorManager) -> APIRouter:
         supervisor = supervisors.get(spec_id)
         return supervisor.status_report() if supervisor else _missing(spec_id)
 
+    @router.get("/{spec_id}/stats")
+    def stats(spec_id: str) -> Any:
+        supervisor = supervisors.get(spec_id)
+        return supervisor.stats() if supervisor else _missing(spec_id)
+
+    @router.get("/{spec_id}/parseErrors")
+    def parse_errors(spec_id: str) -> Any:
+        supervisor = supervisors.get(spec_id)
+        return supervisor.parse_errors() if supervisor else _missing(spec_id)
+
     @router.get("/{spec_id}/health")
     def health(spec_id: str) -> Any:
         supervisor = supervisors.get(spec_id)

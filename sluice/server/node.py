@@ -18,6 +18,7 @@ from fastapi import FastAPI
 
 from sluice.broker.broker import Broker
 from sluice.discovery import BROKER, OVERLORD, WORKER, Announcer
+from sluice.emitter import EmitterConfig, ServiceEmitter, build_emitter
 from sluice.lifecycle import Lifecycle, Stage
 from sluice.metadata.store import MetadataStore
 from sluice.overlord.remote_task_runner import HttpRemoteTaskRunner
@@ -25,6 +26,7 @@ from sluice.overlord.supervisor_manager import SupervisorManager
 from sluice.overlord.task_queue import TaskQueue
 from sluice.segment.deep_storage import DeepStorage
 from sluice.server.api_chat import chat_router
+from sluice.server.api_metrics import metrics_router
 from sluice.server.api_sql import sql_router
 from sluice.server.api_supervisor import supervisor_router
 from sluice.server.api_task import task_router
@@ -55,6 +57,8 @@ class NodeConfig:
     capacity: int = 2
     #: how the overlord picks a worker: equalDistribution or fillCapacity
     worker_select_strategy: str = "equalDistribution"
+    #: where metrics go; Prometheus by default, so every role serves GET /metrics
+    emitter: EmitterConfig = EmitterConfig(type="prometheus")
 
     @property
     def resolved_metadata_uri(self) -> str:
@@ -78,6 +82,10 @@ class Node:
         self.ready = False
         self.app = FastAPI(title="Sluice", version=VERSION)
         role = config.role
+        self.emitter = ServiceEmitter(f"druid/{role.value}", f"{config.host}:{config.port}",
+                                      build_emitter(config.emitter), VERSION)
+        self.app.include_router(metrics_router(self.emitter))
+        self.lifecycle.add("emitter", self.emitter.start, self.emitter.close, stage=Stage.INIT)
         self.lifecycle.add("metadata store", self._start_metadata, self._stop_metadata, stage=Stage.INIT)
         if role is Role.ALL_IN_ONE:
             self.lifecycle.add("spark and tasks", self._start_thread_runner, self._stop_thread_runner)
@@ -125,7 +133,7 @@ class Node:
         kafka_source.register(self.spark)
 
         def toolbox(task_dir: Path) -> TaskToolbox:
-            return TaskToolbox(self.spark, self.metadata, self.deep_storage, task_dir, self.stream_factory)
+            return TaskToolbox(self.spark, self.metadata, self.deep_storage, task_dir, self.stream_factory, self.emitter)
 
         self.task_runner: ThreadTaskRunner | HttpRemoteTaskRunner = ThreadTaskRunner(
             toolbox, self.config.work_dir / "tasks")
@@ -142,7 +150,7 @@ class Node:
         self.task_runner.stop()
 
     def _start_queue(self) -> None:
-        self.task_queue = TaskQueue(self.metadata, self.task_runner)
+        self.task_queue = TaskQueue(self.metadata, self.task_runner, self.emitter)
         self.task_queue.start()
 
     def _stop_queue(self) -> None:
@@ -162,7 +170,7 @@ class Node:
 
     def _start_worker(self) -> None:
         peon = PeonConfig(self.config.resolved_metadata_uri, self.config.resolved_deep_storage,
-                          self.config.spark_master)
+                          self.config.spark_master, self.config.emitter)
         self.worker = WorkerTaskManager(self.config.work_dir / "tasks", self.config.capacity, self.config.host, peon)
         self.worker.start()
         self.app.include_router(worker_router(self.worker))

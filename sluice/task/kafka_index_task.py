@@ -22,6 +22,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable
 
+from sluice.emitter import NoopEmitter, ServiceEmitter, metrics
 from sluice.metadata.offsets import StreamOffsets
 from sluice.metadata.store import MetadataStore
 from sluice.segment.deep_storage import DeepStorage
@@ -31,6 +32,8 @@ from sluice.timestamps import format_timestamp, parse_timestamp
 from sluice.stream.kafka import KafkaStream
 from sluice.task.ingest_plan import MessageWindow, compile_plan
 from sluice.task.offsets import END_OF_STREAM, is_finished, next_ranges
+from sluice.task.meters import (BUILD_SEGMENTS, ParseExceptionReport, RowIngestionMeters, SavedParseExceptions,
+                                ingestion_metrics)
 from sluice.task.stats import RowStats
 from sluice.task.task import TaskFailure, TaskStatus, write_task_file
 
@@ -153,6 +156,7 @@ class TaskToolbox:
     deep_storage: DeepStorage
     task_dir: Path
     stream_factory: Callable[[KafkaIOConfig], KafkaStream]
+    emitter: ServiceEmitter = field(default_factory=lambda: ServiceEmitter("druid/peon", "localhost", NoopEmitter()))
     poll_interval: float = 0.5
 
 
@@ -161,7 +165,8 @@ class KafkaIndexTask:
         self.spec = spec
         self.toolbox = toolbox
         self.state = TaskState.NOT_STARTED
-        self.row_stats = RowStats()
+        self.meters = RowIngestionMeters()
+        self.parse_exceptions = SavedParseExceptions(spec.ingestion.tuning_config.max_saved_parse_exceptions)
         self._current = dict(spec.start_offsets)
         self._end = {p: END_OF_STREAM for p in spec.start_offsets}
         self._cond = threading.Condition()
@@ -180,6 +185,16 @@ class KafkaIndexTask:
     def end_offsets(self) -> dict[int, int]:
         with self._cond:
             return dict(self._end)
+
+    @property
+    def row_stats(self) -> RowStats:
+        return self.meters.totals
+
+    def row_stats_report(self) -> dict[str, Any]:
+        return self.meters.row_stats()
+
+    def parse_errors(self) -> list[ParseExceptionReport]:
+        return self.parse_exceptions.reports()
 
     def checkpoints(self) -> dict[int, dict[int, int]]:
         """Each sequence's start offsets, by sequence id (one sequence until checkpoints split a task)."""
@@ -258,15 +273,14 @@ class KafkaIndexTask:
 
     def report(self, status: TaskStatus | None = None) -> dict[str, Any]:
         """Druid's ingestionStatsAndErrors report; live (RUNNING) until the task has a final status."""
-        totals = {"buildSegments": self.row_stats.to_json()}
         return {"ingestionStatsAndErrors": {
             "type": "ingestionStatsAndErrors",
             "taskId": self.spec.id,
             "payload": {
                 "ingestionState": "COMPLETED" if status else ("NOT_STARTED" if self.state is TaskState.NOT_STARTED
                                                               else "BUILD_SEGMENTS"),
-                "unparseableEvents": {},
-                "rowStats": totals if status else {"totals": totals},
+                "unparseableEvents": self.parse_exceptions.unparseable_events(),
+                "rowStats": {BUILD_SEGMENTS: self.row_stats.to_json()} if status else self.meters.row_stats(),
                 "errorMsg": status.error_msg if status else None,
                 "segmentAvailabilityConfirmed": False,
                 "segmentAvailabilityWaitTimeMs": 0,
@@ -344,11 +358,16 @@ class KafkaIndexTask:
         tuning = self.spec.ingestion.tuning_config
         with self._cond:
             self._persists.append(directory)
-            self.row_stats += result.stats
+            self.meters.add(result.stats)
             self._current.update({p: stop for p, (_, stop) in ranges.items()})
         self._write("sequences.json", [{"sequenceName": self.spec.sequence_name,
                                         "startOffsets": self.spec.start_offsets,
                                         "endOffsets": self._end, "currentOffsets": self._current}])
+        for name, value in ingestion_metrics(result.stats).items():
+            self.toolbox.emitter.metric(name, value, **self._dimensions)
+        self.toolbox.emitter.metric(metrics.INGEST_PERSISTS_COUNT, 1, **self._dimensions)
+        if result.parse_error_sample:
+            self.parse_exceptions.add(result.parse_error_sample, [f"Unable to parse row [{result.parse_error_sample}]"])
         if tuning.log_parse_exceptions and result.parse_error_sample:
             log.warning("task %s: unparseable row (%d so far), e.g. %s", self.spec.id,
                         self.row_stats.parse_exceptions, result.parse_error_sample)
@@ -378,6 +397,9 @@ class KafkaIndexTask:
         end = StreamOffsets(start.stream, self.current_offsets())
         if segments or start.offsets != end.offsets:
             self._commit(segments, start, end)
+        self.toolbox.emitter.metric(metrics.INGEST_HANDOFF_COUNT, len(segments), **self._dimensions)
+        self.toolbox.emitter.metric(metrics.INGEST_ROWS_OUTPUT, sum(s.num_rows or 0 for s in segments), **self._dimensions)
+        self.toolbox.emitter.metric(metrics.SEGMENT_ADDED_BYTES, sum(s.size for s in segments), **self._dimensions)
         shutil.rmtree(self.toolbox.task_dir / "persist", ignore_errors=True)
         shutil.rmtree(self.toolbox.task_dir / "staging", ignore_errors=True)
         log.info("task %s published %d segments, offsets %s -> %s", self.spec.id, len(segments), start.offsets, end.offsets)
@@ -427,6 +449,11 @@ class KafkaIndexTask:
             return False
         used = {str(s.id) for s in self.toolbox.metadata.used_segments(self.spec.data_source)}
         return all(str(s.id) in used for s in segments)
+
+    @property
+    def _dimensions(self) -> dict[str, str]:
+        """What every metric this task emits is tagged with."""
+        return {metrics.DATASOURCE: self.spec.data_source, metrics.TASK_ID: self.spec.id, metrics.TASK_TYPE: TASK_TYPE}
 
     def _write(self, name: str, payload: Any) -> None:
         write_task_file(self.toolbox.task_dir, name, payload)

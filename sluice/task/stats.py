@@ -24,10 +24,5 @@ class RowStats:
     def to_json(self) -> dict[str, int]:
         return {_JSON_NAMES.get(k, k): v for k, v in asdict(self).items()}
 
-    @classmethod
-    def from_json(cls, payload: dict[str, int]) -> RowStats:
-        return cls(**{f.name: int(payload.get(_JSON_NAMES.get(f.name, f.name), 0)) for f in fields(cls)})
-
-
 _JSON_NAMES = {"processed_with_error": "processedWithError", "thrown_away": "thrownAway",
                "processed_bytes": "processedBytes"}

@@ -26,9 +26,11 @@ from typing import IO, Any
 
 from fastapi import FastAPI
 
+from sluice.emitter import EmitterConfig, ServiceEmitter, build_emitter
 from sluice.metadata.store import MetadataStore
 from sluice.segment.deep_storage import DeepStorage
 from sluice.server.api_chat import chat_router
+from sluice.server.api_metrics import metrics_router
 from sluice.server.http_server import HttpServer
 from sluice.stream.kafka import KafkaStream
 from sluice.task.kafka_index_task import TaskToolbox
@@ -63,18 +65,22 @@ def _watch_parent(parent_pid: int, task: RunnableTask) -> None:
 
 
 def run_peon(task_dir: Path, port: int, metadata_uri: str, deep_storage: str, spark_master: str,
-             parent_pid: int) -> int:
+             parent_pid: int, emitter_config: EmitterConfig) -> int:
     lock = try_lock(task_dir)
     if lock is None:
         log.error("task in %s is already running in another peon", task_dir)
         return 2
     spec = task_from_json(json.loads((task_dir / TASK_FILE).read_text()))
     metadata = MetadataStore(metadata_uri)
-    toolbox = TaskToolbox(None, metadata, DeepStorage.from_uri(deep_storage), task_dir, KafkaStream.for_io_config)
+    emitter = ServiceEmitter("druid/peon", f"127.0.0.1:{port}", build_emitter(emitter_config))
+    emitter.start()
+    toolbox = TaskToolbox(None, metadata, DeepStorage.from_uri(deep_storage), task_dir, KafkaStream.for_io_config,
+                          emitter)
     task = create_task(spec, toolbox)
     # the chat API answers from the start (a task starting its Spark is NOT_STARTED, not unreachable)
     app = FastAPI(title=f"Sluice peon {spec.id}")
     app.include_router(chat_router(lambda task_id: task if task_id == spec.id else None))
+    app.include_router(metrics_router(emitter))
     app.get("/status/health")(lambda: True)
     http = HttpServer(app, "127.0.0.1", port)
     http.start()
@@ -93,6 +99,7 @@ def run_peon(task_dir: Path, port: int, metadata_uri: str, deep_storage: str, sp
     write_task_file(task_dir, STATUS_FILE, status.to_json())
     log.info("task %s finished: %s %s", spec.id, status.status_code, status.error_msg or "")
     http.stop()
+    emitter.close()
     if spark is not None:
         spark.stop()
     metadata.close()
@@ -118,10 +125,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--deep-storage", required=True)
     parser.add_argument("--spark-master", default="local[2]")
     parser.add_argument("--parent-pid", type=int, default=os.getppid())
+    parser.add_argument("--emitter", type=EmitterConfig.model_validate_json, default=EmitterConfig(),
+                        help="the emitter settings as JSON (Druid's names)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     sys.exit(run_peon(args.task_dir, args.port, args.metadata_uri, args.deep_storage, args.spark_master,
-                      args.parent_pid))
+                      args.parent_pid, args.emitter))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sluice.emitter import EmitterConfig
 from sluice.task.task import TaskStatus, task_from_json, write_task_file
 from sluice.worker.peon import STATUS_FILE, TASK_FILE, read_report, read_status, try_lock
 
@@ -42,6 +43,7 @@ class PeonConfig:
     metadata_uri: str
     deep_storage: str
     spark_master: str = "local[2]"
+    emitter: EmitterConfig = EmitterConfig()
 
 
 @dataclass
@@ -115,7 +117,8 @@ class WorkerTaskManager:
             port = _free_port(self.host)
             command = [sys.executable, "-m", "sluice.worker.peon", str(task_dir), "--port", str(port),
                        "--metadata-uri", self._peon.metadata_uri, "--deep-storage", self._peon.deep_storage,
-                       "--spark-master", self._peon.spark_master, "--parent-pid", str(os.getpid())]
+                       "--spark-master", self._peon.spark_master, "--parent-pid", str(os.getpid()),
+                       "--emitter", self._peon.emitter.model_dump_json(by_alias=True)]
             with (task_dir / LOG_FILE).open("ab") as log_file:
                 process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             write_task_file(task_dir, PEON_FILE, {"pid": process.pid, "port": port})

@@ -152,7 +152,7 @@ def test_streaming_through_peons_is_exactly_once_when_peons_are_killed(kafka_bro
                 return next((t["id"] for t in supervisor()["activeTasks"]
                              if sum((t["currentOffsets"] or {}).values()) > sum(t["startingOffsets"].values())), None)
 
-            victim = wait_for(reading_task, 120, "a task reading in its peon")
+            victim = wait_for(reading_task, 300, "a task reading in its peon")
             for pid in peon_pids(victim):
                 kill_9(pid)
             assert wait_for(lambda: finished(overlord, victim), 60, "the killed task")["statusCode"] == "FAILED"

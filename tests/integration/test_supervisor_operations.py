@@ -136,3 +136,35 @@ def test_listing_and_bulk_operations(kafka_broker, tmp_path):
         assert node.supervisors.ids() == []
     finally:
         node.stop()
+
+
+def test_stats_parse_errors_and_metrics_of_a_reading_supervisor(node, http, kafka_broker):
+    topic, ds = "ops-stats", "ops_stats"
+    kafka_broker.create_topic(topic, 2)
+    records = generate(20_000, seed=23)
+    end_offsets = produce(kafka_broker.bootstrap_servers, topic, records, 2)
+    spec = supervisor_spec(ds, topic, kafka_broker.bootstrap_servers, taskCount=1, taskDuration="PT1H")
+    spec["spec"]["tuningConfig"].update(maxRowsInMemory=5_000, maxSavedParseExceptions=5)
+    assert http.post("/druid/indexer/v1/supervisor", json=spec).status_code == 200
+    wait_for(lambda: read_to(http, ds, end_offsets), 120, "the task to read everything")
+
+    stats = http.get(f"/druid/indexer/v1/supervisor/{ds}/stats").json()
+    [(task_id, task_stats)] = stats["0"].items()
+    totals = task_stats["totals"]["buildSegments"]
+    bad = len(records) - valid(records)
+    assert (totals["processed"], totals["unparseable"], totals["thrownAway"]) == (valid(records), bad, 0)
+    assert set(task_stats["movingAverages"]["buildSegments"]) == {"1m", "5m", "15m"}
+    chat = http.get(f"/druid/worker/v1/chat/{task_id}/rowStats").json()
+    assert chat["totals"] == task_stats["totals"]
+
+    errors = http.get(f"/druid/indexer/v1/supervisor/{ds}/parseErrors").json()
+    assert 1 <= len(errors) <= 5 and {e["errorType"] for e in errors} == {"unparseable"}
+    bad_inputs = {r.value.decode() for r in records if r.kind != "valid"}
+    # the input names where the record is and what it was: "partition=P offset=O: <the record>"
+    assert all(e["input"].startswith("partition=") and e["input"].split(": ", 1)[1] in bad_inputs for e in errors)
+
+    exposition = http.get("/metrics").text
+    processed = [line for line in exposition.splitlines()
+                 if line.startswith("druid_ingest_events_processed_total{") and f'dataSource="{ds}"' in line]
+    assert processed and float(processed[0].rsplit(" ", 1)[1]) == valid(records)
+    http.post(f"/druid/indexer/v1/supervisor/{ds}/terminate")

@@ -22,13 +22,14 @@ from sluice.metadata.offsets import StreamOffsets
 from sluice.metadata.store import MetadataStore
 from sluice.overlord.supervisor.plan import (
     NOT_SET, EndGroup, KillTask, Observation, PlanConfig, RecordStartingOffsets, ResetStoredOffsets, StartTask,
-    SupervisorState, end_group, plan,
+    SupervisorState, TaskGroup, end_group, plan,
 )
 from sluice.overlord.task_runner import TaskRunner
 from sluice.timestamps import format_timestamp
 from sluice.spec.supervisor import KafkaIOConfig, KafkaSupervisorSpec
 from sluice.stream.kafka import KafkaStream, StreamError
 from sluice.task.kafka_index_task import TASK_TYPE, KafkaIndexTaskSpec, new_task_id
+from sluice.task.meters import ParseExceptionReport, latest_parse_errors
 from sluice.task.task import TaskFailure, TaskStatus
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ class StreamSupervisor:
         self._failed_runs = 0
         self._task_outcomes: deque[str] = deque(maxlen=TASK_UNHEALTHINESS_THRESHOLD)
         self._killed: set[str] = set()
+        self._parse_errors: list[ParseExceptionReport] = []
         self.recent_errors: deque[dict[str, Any]] = deque(maxlen=MAX_STORED_EXCEPTION_EVENTS)
 
     # ---- lifecycle ----
@@ -343,12 +345,9 @@ class StreamSupervisor:
         io = self.spec.spec.io_config
         now = self._clock()
         state, detailed = self.health()
-        # the notice thread changes the groups while this (an HTTP thread) asks their tasks: copy them first
-        snapshot = self.state
-        reading = [(t, g) for g in list(snapshot.active.values()) for t in sorted(g.task_ids)]
-        ending = [(t, g) for gs in list(snapshot.pending.values()) for g in list(gs) for t in sorted(g.task_ids)]
-        active = [self._task_report(t, g, "ACTIVE", now) for t, g in reading]
-        publishing = [self._task_report(t, g, "PUBLISHING", now) for t, g in ending]
+        reading, ending = self._groups()
+        active = [self._task_report(t, g, "ACTIVE", now) for g in reading for t in sorted(g.task_ids)]
+        publishing = [self._task_report(t, g, "PUBLISHING", now) for g in ending for t in sorted(g.task_ids)]
         task_lags = [report["lag"] for report in active if report["lag"] is not None]
         lag = {p: min(l[p] for l in task_lags if p in l) for p in sorted({p for l in task_lags for p in l})}
         payload = {
@@ -370,6 +369,35 @@ class StreamSupervisor:
             "recentErrors": list(self.recent_errors),
         }
         return {"id": self.spec.id, "generationTime": format_timestamp(now), "payload": payload}
+
+    def _groups(self) -> tuple[list[TaskGroup], list[TaskGroup]]:
+        """The reading and the publishing groups, copied: the notice thread changes them while an HTTP
+        thread asks their tasks."""
+        snapshot = self.state
+        return list(snapshot.active.values()), [g for gs in list(snapshot.pending.values()) for g in list(gs)]
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Druid's /stats: per task group, per task, its live rowStats (totals and moving averages)."""
+        reading, ending = self._groups()
+        stats: dict[str, dict[str, Any]] = {}
+        for group in reading + ending:
+            for task_id in sorted(group.task_ids):
+                client = self._runner.client(task_id)
+                if client is not None and (report := client.row_stats_report()) is not None:
+                    stats.setdefault(str(group.group_id), {})[task_id] = report
+        return stats
+
+    def parse_errors(self) -> list[dict[str, Any]]:
+        """Druid's /parseErrors: the newest parse exceptions of the tasks, kept across task generations."""
+        tuning, io = self.spec.spec.tuning_config, self.spec.spec.io_config
+        if tuning.max_parse_exceptions <= 0:
+            return []
+        reading, ending = self._groups()
+        fetched = [r for g in reading + ending for t in sorted(g.task_ids)
+                   if (client := self._runner.client(t)) is not None for r in client.parse_errors()]
+        self._parse_errors = latest_parse_errors(self._parse_errors + fetched,
+                                                 tuning.max_saved_parse_exceptions * io.task_count)
+        return [r.to_json() for r in self._parse_errors]
 
     def _task_report(self, task_id: str, group: Any, kind: str, now: datetime) -> dict[str, Any]:
         client = self._runner.client(task_id)
