@@ -245,6 +245,16 @@ class MetadataStore:
             found = [DataSegment.from_payload(_load(payload)) for payload in conn.scalars(query)]
         return sorted(found, key=lambda segment: segment.id)
 
+    def max_segment_version(self, data_source: str, interval: Interval) -> str | None:
+        """The highest version of the used segments overlapping `interval`: a new time-chunk lock's version
+        must be above it, so what the lock's task writes overshadows them."""
+        table = tables.segments
+        query = select(func.max(table.c.version)).where(
+            table.c.dataSource == data_source, table.c.used.is_(True),
+            table.c.start < format_timestamp(interval.end), table.c.end > format_timestamp(interval.start))
+        with self._reader.connect() as conn:
+            return conn.scalar(query)
+
     def data_sources(self) -> list[str]:
         """Data sources that have used segments."""
         table = tables.segments

@@ -1,10 +1,11 @@
 """The overlord's TaskQueue: every task is stored before it runs, and its final status after.
 
-`add` validates a task, stores it (druid_tasks) and wakes the management loop, which hands ready tasks to
-the task runner and shuts down tasks the runner has that the queue no longer knows. When the runner reports
-a task complete, the queue stores the status, releases the task's locks and tells its listeners (the
-supervisors). On start the queue syncs from storage: the active tasks come back, to be found again on the
-workers (or, with a runner whose tasks died with the process, failed).
+`add` validates a task, stores it (druid_tasks), registers it with the lockbox and wakes the management
+loop, which hands ready tasks to the task runner and shuts down tasks the runner has that the queue no
+longer knows. When the runner reports a task complete, the queue stores the status, releases the task's
+locks and tells its listeners (the supervisors). On start the queue syncs from storage: the active tasks
+come back, to be found again on the workers (or, with a runner whose tasks died with the process,
+failed), and re-acquire their stored locks (a task that cannot is failed).
 
 To the supervisors the queue is a TaskRunner (run = add), so they never reach past it to the runner.
 """
@@ -18,6 +19,7 @@ from typing import Any, Callable, Protocol
 
 from sluice.emitter import ServiceEmitter, metrics
 from sluice.metadata.store import MetadataStore
+from sluice.overlord.lockbox import LockTask, TaskLockbox
 from sluice.task.task import TaskFailure, TaskSpec, TaskStatus, task_from_json
 
 log = logging.getLogger(__name__)
@@ -25,6 +27,10 @@ log = logging.getLogger(__name__)
 
 class QueueFull(Exception):
     pass
+
+
+def lock_task(spec: TaskSpec) -> LockTask:
+    return LockTask(spec.id, spec.group_id, spec.data_source, spec.priority)
 
 
 class Runner(Protocol):
@@ -44,6 +50,7 @@ class TaskQueue:
                  max_size: int = 2**31 - 1, period: float = 1.0) -> None:
         self._metadata = metadata
         self._emitter = emitter
+        self.lockbox = TaskLockbox(metadata, metadata.max_segment_version)
         self.runner = runner
         self._max_size = max_size
         self._period = period
@@ -68,6 +75,9 @@ class TaskQueue:
                 self._tasks[spec.id] = spec
             else:
                 self._store(TaskStatus.failure(spec.id, "the process running this task stopped before it finished"))
+        for task in self.lockbox.sync(lock_task(s) for s in self._tasks.values()):
+            self._tasks.pop(task.id)
+            self._store(TaskStatus.failure(task.id, "could not re-acquire the task's locks after an overlord restart"))
         log.info("task queue started with %d active tasks from storage", len(self._tasks))
         self._thread.start()
 
@@ -84,6 +94,7 @@ class TaskQueue:
                 raise QueueFull(f"Too many tasks (max = {self._max_size})")
             self._metadata.insert_task(spec.id, spec.data_source, spec.type, spec.group_id, spec.to_json(),
                                        TaskStatus(spec.id, "RUNNING").to_json())
+            self.lockbox.add(lock_task(spec))
             self._tasks[spec.id] = spec
         self._wake.set()
 
@@ -98,6 +109,11 @@ class TaskQueue:
         else:
             self._on_status(TaskStatus.failure(task_id, f"shut down before it ran: {reason}"))
         return True
+
+    def get(self, task_id: str) -> TaskSpec | None:
+        """The task, while it is active."""
+        with self._lock:
+            return self._tasks.get(task_id)
 
     def active(self, data_source: str | None = None) -> list[TaskSpec]:
         with self._lock:
@@ -135,6 +151,7 @@ class TaskQueue:
             self._given.discard(status.id)
             self.counts[status.status_code] += 1
             listeners = list(self._listeners)
+        self.lockbox.remove(lock_task(spec))
         self._store(status)
         dimensions = {metrics.DATASOURCE: spec.data_source, metrics.TASK_ID: spec.id, metrics.TASK_TYPE: spec.type}
         self._emitter.metric(metrics.TASK_RUN_TIME, max(status.duration_ms, 0), **dimensions,

@@ -30,6 +30,7 @@ from sluice.server.api_metrics import metrics_router
 from sluice.server.api_sql import sql_router
 from sluice.server.api_supervisor import supervisor_router
 from sluice.server.api_task import task_router
+from sluice.server.api_task_action import task_action_router
 from sluice.server.api_worker import worker_router
 from sluice.server.http_server import HttpServer
 from sluice.server.roles import Role
@@ -162,6 +163,7 @@ class Node:
         workers = self.task_runner.workers if isinstance(self.task_runner, HttpRemoteTaskRunner) else list
         self.app.include_router(supervisor_router(self.supervisors))
         self.app.include_router(task_router(self.metadata, self.task_queue, self.supervisors, self.config.url, workers))
+        self.app.include_router(task_action_router(self.task_queue))
 
     def _stop_supervisors(self) -> None:
         self.supervisors.stop()

@@ -105,6 +105,40 @@ def test_a_restarted_overlord_finds_the_tasks_still_running_on_workers(overlord_
         successor.stop()
 
 
+def test_task_locks_conflict_revoke_by_priority_and_survive_an_overlord_restart(overlord_and_worker,
+                                                                                  cluster_dir) -> None:
+    def action(client: httpx.Client, task_id: str, **fields: object) -> dict:
+        response = client.post(f"{TASKS}/action", json={"task": task_id, "action": fields})
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    day = "2026-01-01T00:00:00.000Z/2026-01-02T00:00:00.000Z"
+    overlord_process, _ = overlord_and_worker
+    with overlord_process.client() as overlord:
+        for task_id, priority in (("low_a", 0), ("low_b", 0), ("urgent", 50)):
+            overlord.post(f"{TASKS}/task", json={**noop(task_id, 600_000), "dataSource": "wiki",
+                                                 "context": {"priority": priority}})
+        granted = action(overlord, "low_a", type="timeChunkLockTryAcquire", lockType="EXCLUSIVE", interval=day)
+        lock = granted["result"]
+        assert (lock["type"], lock["interval"], lock["groupId"], lock["revoked"]) == ("EXCLUSIVE", day, "low_a", False)
+        denied = action(overlord, "low_b", type="timeChunkLockTryAcquire", lockType="EXCLUSIVE", interval=day)
+        assert denied["result"] is None and denied["reason"]
+        bad = overlord.post(f"{TASKS}/action", json={"task": "low_b", "action": {"type": "segmentNuke"}})
+        assert bad.status_code == 400 and "action.type: 'segmentNuke' is not supported" in bad.json()["error"]
+    overlord_process.kill()
+    successor = SluiceProcess("overlord", cluster_dir, metadata_uri(cluster_dir)).start()
+    try:
+        with successor.client() as overlord:
+            assert action(overlord, "low_a", type="lockList")["result"] == [lock]  # re-acquired, same version
+            revoking = action(overlord, "urgent", type="timeChunkLockTryAcquire", lockType="EXCLUSIVE", interval=day)
+            assert revoking["result"]["version"] > lock["version"]
+            assert [held["revoked"] for held in action(overlord, "low_a", type="lockList")["result"]] == [True]
+            for task_id in ("low_a", "low_b", "urgent"):
+                overlord.post(f"{TASKS}/task/{task_id}/shutdown")
+    finally:
+        successor.stop()
+
+
 def test_a_dead_worker_fails_its_tasks_and_its_peons_exit(overlord_and_worker, cluster_dir) -> None:
     overlord_process, worker = overlord_and_worker
     with overlord_process.client() as overlord:
