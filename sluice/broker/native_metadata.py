@@ -1,0 +1,256 @@
+"""Metadata about data sources: the segmentMetadata query, and the JSON of the broker's and coordinator's data source
+endpoints (`/druid/v2/datasources…`, `/druid/coordinator/v1/datasources…`), all from the visible segments.
+
+segmentMetadata analyses one time chunk per entry: partitions of a chunk share one interval and the query's rows
+cannot be told apart by partition, so an entry covers all of a chunk's partitions and is named after the first.
+With `merge` (what tools use) this makes no difference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlglot import exp
+
+from sluice.broker import native_query as q
+from sluice.broker.engine import QueryResult
+from sluice.broker.native_filters import TIME, Columns, intervals_condition
+from sluice.broker.native_sql import HIDDEN, DataSourceView
+from sluice.broker.native_time import (
+    Period, QueryInterval, add_period, condense, format_instant, format_interval, to_millis,
+)
+from sluice.segment.segment import DataSegment
+
+DEFAULT_HISTORY = Period.parse("P1W")  # Druid's druid.query.segmentMetadata.defaultHistory
+CHUNK = HIDDEN + "chunk"
+_DRUID_FIELDS = ("dataSource", "interval", "version", "loadSpec", "dimensions", "metrics", "shardSpec",
+                 "binaryVersion", "size", "identifier")
+
+
+def segment_json(segment: DataSegment) -> dict[str, Any]:
+    """Druid's DataSegment JSON (without the fields Sluice adds to the stored payload for itself)."""
+    payload = segment.to_payload()
+    return {name: payload[name] for name in _DRUID_FIELDS}
+
+
+def segment_interval(segment: DataSegment) -> QueryInterval:
+    return QueryInterval(to_millis(segment.interval.start), to_millis(segment.interval.end))
+
+
+# ------------------------------------------------------------------------------------------------ segmentMetadata
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """The visible segments of one time chunk, and the columns the query reports for them."""
+
+    interval: QueryInterval
+    segments: list[DataSegment]
+    columns: list[str]
+
+
+def metadata_chunks(query: q.SegmentMetadataQuery, source: DataSourceView) -> list[Chunk]:
+    """The chunks the query covers. Without intervals: the week before the end of the latest segment, as Druid."""
+    if not source.segments:
+        return []
+    intervals = query.intervals
+    if intervals is None:
+        end = max(segment_interval(s).end for s in source.segments)
+        intervals = (QueryInterval(add_period(end, DEFAULT_HISTORY, None, -1), end),)
+    by_interval: dict[QueryInterval, list[DataSegment]] = {}
+    for segment in sorted(source.segments, key=lambda s: s.id):
+        interval = segment_interval(segment)
+        if any(i.overlaps(interval.start, interval.end) for i in intervals):
+            by_interval.setdefault(interval, []).append(segment)
+    return [Chunk(interval, segments, _included(query.to_include, segments)) for interval, segments in
+            sorted(by_interval.items(), key=lambda item: (item[0].start, item[0].end))]
+
+
+def _included(to_include: q.ToInclude, segments: Sequence[DataSegment]) -> list[str]:
+    columns = DataSourceView("", segments).columns
+    if to_include.type == "none":
+        return []
+    return columns if to_include.type == "all" else [c for c in columns if c in to_include.columns]
+
+
+def segment_metadata_sql(chunks: Sequence[Chunk], source: DataSourceView) -> str | None:
+    """Per chunk: its row count and, per column, min, max, distinct count and non-null count."""
+    if not chunks:
+        return None
+    case = exp.case()
+    for i, chunk in enumerate(chunks):
+        case = case.when(intervals_condition([chunk.interval]) or exp.true(), exp.Literal.number(i))
+    columns = Columns(source.columns)
+    outputs: list[exp.Expr] = [exp.alias_(case, CHUNK, quoted=True),
+                               exp.alias_(exp.Count(this=exp.Star()), HIDDEN + "rows", quoted=True)]
+    for i, name in enumerate(_analysed(chunks)):
+        value = columns.sql(name)
+        outputs += [
+            exp.alias_(exp.Min(this=value.copy()), f"{HIDDEN}{i}_min", quoted=True),
+            exp.alias_(exp.Max(this=value.copy()), f"{HIDDEN}{i}_max", quoted=True),
+            exp.alias_(exp.Count(this=exp.Distinct(expressions=[value.copy()])), f"{HIDDEN}{i}_distinct", quoted=True),
+            exp.alias_(exp.Count(this=value.copy()), f"{HIDDEN}{i}_count", quoted=True),
+        ]
+    where = intervals_condition([c.interval for c in chunks])
+    table = exp.Table(this=exp.to_identifier(source.name, quoted=True))
+    statement = exp.select(*outputs).from_(table)
+    if where is not None:
+        statement = statement.where(where)
+    return statement.group_by(case.copy()).sql(dialect="druid")
+
+
+def _analysed(chunks: Sequence[Chunk]) -> list[str]:
+    return [c for c in dict.fromkeys(c for chunk in chunks for c in chunk.columns) if c != TIME]
+
+
+def segment_metadata_result(query: q.SegmentMetadataQuery, chunks: Sequence[Chunk],
+                            result: QueryResult | None) -> list[dict[str, Any]]:
+    if result is None:
+        return []
+    analysed = _analysed(chunks)
+    types = dict(zip(result.columns, result.druid_types))
+    stats = {row[0]: dict(zip(result.columns, row)) for row in result.rows}
+    analyses = []
+    for i, chunk in enumerate(chunks):
+        row = stats.get(i)
+        if row is None:  # a chunk whose rows all fall outside the query's intervals
+            continue
+        columns = {}
+        for name in chunk.columns:
+            index = analysed.index(name) if name != TIME else -1
+            columns[name] = _column_analysis(query, name, row, index, types)
+        analyses.append(_analysis(query, str(chunk.segments[0].id), [chunk.interval], columns,
+                                  sum(s.size for s in chunk.segments), row[HIDDEN + "rows"], chunk.segments))
+    if query.merge and analyses:
+        return [_merge(query, analyses, chunks)]
+    return analyses
+
+
+def _column_analysis(query: q.SegmentMetadataQuery, name: str, row: dict[str, Any], index: int,
+                     types: dict[str, str]) -> dict[str, Any]:
+    if name == TIME:
+        kind, has_nulls, cardinality, low, high = "LONG", False, None, None, None
+    else:
+        prefix = f"{HIDDEN}{index}_"
+        kind = types[prefix + "min"]
+        has_nulls = row[prefix + "count"] < row[HIDDEN + "rows"]
+        string = kind == "STRING"
+        cardinality = row[prefix + "distinct"] + has_nulls if string and "cardinality" in query.analysis_types else None
+        minmax = string and "minmax" in query.analysis_types
+        low, high = (row[prefix + "min"], row[prefix + "max"]) if minmax else (None, None)
+    return {"typeSignature": kind, "type": kind, "hasMultipleValues": False, "hasNulls": has_nulls, "size": 0,
+            "cardinality": cardinality, "minValue": low, "maxValue": high, "errorMessage": None}
+
+
+def _analysis(query: q.SegmentMetadataQuery, analysis_id: str, intervals: list[QueryInterval],
+              columns: dict[str, Any], size: int, rows: int, segments: Sequence[DataSegment]) -> dict[str, Any]:
+    wanted = set(query.analysis_types)
+    aggregators = None
+    if "aggregators" in wanted:
+        aggregators = {a["name"]: a for s in segments for a in s.aggregators}
+    return {
+        "id": analysis_id,
+        "intervals": [format_interval(i) for i in intervals] if "interval" in wanted else None,
+        "columns": columns,
+        "size": size if "size" in wanted else 0,
+        "numRows": rows,
+        "aggregators": aggregators,
+        "timestampSpec": None,
+        "queryGranularity": None,
+        "rollup": None,
+    }
+
+
+def _merge(query: q.SegmentMetadataQuery, analyses: list[dict[str, Any]], chunks: Sequence[Chunk]) -> dict[str, Any]:
+    """Druid's merged analysis: the largest cardinality, the overall min and max, nulls if any chunk has them."""
+    columns: dict[str, dict[str, Any]] = {}
+    for analysis in analyses:
+        for name, column in analysis["columns"].items():
+            merged = columns.get(name)
+            if merged is None:
+                columns[name] = dict(column)
+                continue
+            if merged["type"] != column["type"]:
+                merged["errorMessage"] = f"error:cannot_merge_diff_types: [{merged['type']}] and [{column['type']}]"
+            merged["hasNulls"] = merged["hasNulls"] or column["hasNulls"]
+            if column["cardinality"] is not None:
+                merged["cardinality"] = max(merged["cardinality"] or 0, column["cardinality"])
+            for key, pick in (("minValue", min), ("maxValue", max)):
+                present = [v for v in (merged[key], column[key]) if v is not None]
+                merged[key] = pick(present) if present else None
+    segments = [s for chunk in chunks for s in chunk.segments]
+    merged_analysis = _analysis(query, "merged", condense([c.interval for c in chunks]), columns,
+                                sum(a["size"] for a in analyses), sum(a["numRows"] for a in analyses), segments)
+    if merged_analysis["aggregators"] is not None and not _aggregators_agree(segments):
+        merged_analysis["aggregators"] = None
+    return merged_analysis
+
+
+def _aggregators_agree(segments: Sequence[DataSegment]) -> bool:
+    """Strict merging: any segment without aggregators, or two specs for one name, and the merged list is null."""
+    seen: dict[str, dict[str, Any]] = {}
+    for segment in segments:
+        if not segment.aggregators:
+            return False
+        for spec in segment.aggregators:
+            if seen.setdefault(spec["name"], spec) != spec:
+                return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------- data source info
+
+
+def dimensions_and_metrics(segments: Sequence[DataSegment], interval: QueryInterval) -> dict[str, list[str]]:
+    """`GET /druid/v2/datasources/{ds}`: the dimensions and metrics of the segments overlapping `interval`."""
+    overlapping = [s for s in segments if interval.overlaps(*_bounds(s))]
+    return {
+        "dimensions": sorted({d for s in overlapping for d in s.dimensions}),
+        "metrics": sorted({m for s in overlapping for m in s.metrics}),
+    }
+
+
+def _bounds(segment: DataSegment) -> tuple[int, int]:
+    interval = segment_interval(segment)
+    return interval.start, interval.end
+
+
+def simple_properties(segments: Sequence[DataSegment]) -> dict[str, Any]:
+    """The coordinator's simple data source view: segment count, sizes and time range, in one default tier."""
+    size = sum(s.size for s in segments)
+    intervals = [segment_interval(s) for s in segments]
+    return {
+        "tiers": {"_default_tier": {"segmentCount": len(segments), "size": size, "replicatedSize": size}},
+        "segments": {
+            "count": len(segments),
+            "size": size,
+            "replicatedSize": size,
+            "minTime": format_instant(min(i.start for i in intervals)) if intervals else None,
+            "maxTime": format_instant(max(i.end for i in intervals)) if intervals else None,
+        },
+    }
+
+
+def full_data_source(name: str, segments: Sequence[DataSegment]) -> dict[str, Any]:
+    """Druid's ImmutableDruidDataSource JSON."""
+    return {"name": name, "properties": {}, "segments": [segment_json(s) for s in sorted(segments, key=lambda s: s.id)]}
+
+
+def served_intervals(segments: Sequence[DataSegment], interval: QueryInterval) -> dict[str, dict[str, list[str]]]:
+    """`GET /druid/v2/datasources/{ds}?full`: per served interval (clipped to `interval`), its dimensions and
+    metrics; abutting intervals with the same columns are collapsed into one, as Druid's ClientInfoResource does."""
+    chunks: dict[tuple[int, int], list[DataSegment]] = {}
+    for segment in segments:
+        start, end = _bounds(segment)
+        if interval.overlaps(start, end):
+            chunks.setdefault((max(start, interval.start), min(end, interval.end)), []).append(segment)
+    collapsed: list[tuple[QueryInterval, dict[str, list[str]]]] = []
+    for (start, end), chunk in sorted(chunks.items()):
+        columns = dimensions_and_metrics(chunk, QueryInterval(start, end))
+        if collapsed and collapsed[-1][0].end == start and collapsed[-1][1] == columns:
+            collapsed[-1] = (QueryInterval(collapsed[-1][0].start, end), columns)
+        else:
+            collapsed.append((QueryInterval(start, end), columns))
+    return {format_interval(i): columns for i, columns in collapsed}

@@ -1,0 +1,579 @@
+"""Druid's native JSON queries as validated models: the query types, filters, aggregators, post-aggregators,
+dimension specs, limit and having specs, and virtual columns.
+
+Field names and defaults are Druid's. Unknown fields are rejected rather than ignored, so a query using something
+Sluice does not implement (an `extractionFn`, a `subtotalsSpec`…) fails with the field's path instead of returning an
+answer that silently differs from Druid's.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BeforeValidator, Field, PlainValidator, model_validator
+
+from sluice.broker.native_time import (
+    MAX_INSTANT, MIN_INSTANT, QueryGranularity, QueryInterval, parse_instant, parse_interval,
+)
+from sluice.spec.model import SpecModel
+
+ETERNITY = QueryInterval(MIN_INSTANT, MAX_INSTANT)
+
+
+def _granularity(value: Any) -> QueryGranularity:
+    """`"hour"`, `{"type": "hour"}`, `{"type": "period", …}` or `{"type": "duration", …}`."""
+    if isinstance(value, str):
+        return QueryGranularity.simple(value)
+    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+        raise ValueError(f"expected a granularity such as \"hour\" or {{\"type\": \"period\", …}}, got {value!r}")
+    kind, fields = value["type"], {k: v for k, v in value.items() if k != "type"}
+    allowed = {"period": {"period", "timeZone", "origin"}, "duration": {"duration", "origin"}}.get(kind, set())
+    if unknown := sorted(set(fields) - allowed):
+        raise ValueError(f"unknown field(s) {', '.join(unknown)} in a {kind} granularity")
+    if kind == "period":
+        if not isinstance(fields.get("period"), str):
+            raise ValueError("a period granularity needs a \"period\" such as PT1H")
+        return QueryGranularity.of_period(fields["period"], fields.get("timeZone"), fields.get("origin"))
+    if kind == "duration":
+        duration = fields.get("duration")
+        if not isinstance(duration, int) or duration <= 0:
+            raise ValueError("a duration granularity needs a positive \"duration\" in milliseconds")
+        origin = fields.get("origin")
+        return QueryGranularity("duration", origin=parse_instant(origin) if origin else 0, duration=duration)
+    return QueryGranularity.simple(kind)
+
+
+def _intervals(value: Any) -> tuple[QueryInterval, ...]:
+    """A list of `start/end` strings, one such string, or `{"type": "intervals", "intervals": [...]}`."""
+    if isinstance(value, dict) and value.get("type") == "intervals" and set(value) == {"type", "intervals"}:
+        value = value["intervals"]
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError("expected a list of ISO-8601 intervals such as [\"2015-09-12/2015-09-13\"]")
+    return tuple(parse_interval(v) for v in value)
+
+
+Granularity = Annotated[QueryGranularity, PlainValidator(_granularity)]
+Intervals = Annotated[tuple[QueryInterval, ...], PlainValidator(_intervals)]
+Scalar = Union[str, int, float, bool, None]
+
+
+# ---------------------------------------------------------------------------------------------- dimension specs
+
+
+class DefaultDimensionSpec(SpecModel):
+    type: Literal["default"] = "default"
+    dimension: str
+    output_name: str | None = None
+    output_type: Annotated[Literal["STRING", "LONG", "FLOAT", "DOUBLE"], BeforeValidator(
+        lambda v: v.upper() if isinstance(v, str) else v)] = "STRING"
+
+    @property
+    def name(self) -> str:
+        return self.output_name or self.dimension
+
+
+DimensionSpec = Annotated[
+    DefaultDimensionSpec, BeforeValidator(lambda v: {"dimension": v} if isinstance(v, str) else v)
+]
+
+
+# -------------------------------------------------------------------------------------------------------- filters
+
+
+class _Filter(SpecModel):
+    #: only tunes Druid's bitmap index use, which Parquet segments do not have
+    filter_tuning: dict[str, Any] | None = None
+
+
+class SelectorFilter(_Filter):
+    type: Literal["selector"]
+    dimension: str
+    value: Scalar = None
+
+
+class EqualityFilter(_Filter):
+    type: Literal["equals"]
+    column: str
+    match_value_type: str
+    match_value: Any
+
+
+class InFilter(_Filter):
+    type: Literal["in"]
+    dimension: str
+    values: list[Scalar]
+
+
+class BoundFilter(_Filter):
+    type: Literal["bound"]
+    dimension: str
+    lower: Scalar = None
+    upper: Scalar = None
+    lower_strict: bool = False
+    upper_strict: bool = False
+    ordering: Annotated[Literal["lexicographic", "numeric", "strlen"], BeforeValidator(
+        lambda v: v.get("type") if isinstance(v, dict) else v)] = "lexicographic"
+    #: the legacy spelling of `"ordering": "alphanumeric"`, which Sluice does not implement
+    alpha_numeric: Literal[False] = False
+
+
+class RangeFilter(_Filter):
+    type: Literal["range"]
+    column: str
+    match_value_type: str
+    lower: Any = None
+    upper: Any = None
+    lower_open: bool = False
+    upper_open: bool = False
+
+
+class LikeFilter(_Filter):
+    type: Literal["like"]
+    dimension: str
+    pattern: str
+    escape: str | None = None
+
+
+class RegexFilter(_Filter):
+    type: Literal["regex"]
+    dimension: str
+    pattern: str
+
+
+class NullFilter(_Filter):
+    type: Literal["null"]
+    column: str
+
+
+class AndFilter(_Filter):
+    type: Literal["and"]
+    fields: list[DimFilter]
+
+
+class OrFilter(_Filter):
+    type: Literal["or"]
+    fields: list[DimFilter]
+
+
+class NotFilter(_Filter):
+    type: Literal["not"]
+    field: DimFilter
+
+
+class IntervalFilter(_Filter):
+    type: Literal["interval"]
+    dimension: str
+    intervals: Intervals
+
+
+class ColumnComparisonFilter(_Filter):
+    type: Literal["columnComparison"]
+    dimensions: list[DimensionSpec] = Field(min_length=2)
+
+
+class ExpressionFilter(_Filter):
+    type: Literal["expression"]
+    expression: str
+
+
+class TrueFilter(_Filter):
+    type: Literal["true"]
+
+
+class FalseFilter(_Filter):
+    type: Literal["false"]
+
+
+class ContainsSearch(SpecModel):
+    type: Literal["contains", "insensitive_contains"]
+    value: str
+    case_sensitive: bool = False
+
+
+class FragmentSearch(SpecModel):
+    type: Literal["fragment"]
+    values: list[str]
+    case_sensitive: bool = False
+
+
+class RegexSearch(SpecModel):
+    type: Literal["regex"]
+    pattern: str
+
+
+SearchQuerySpec = Annotated[Union[ContainsSearch, FragmentSearch, RegexSearch], Field(discriminator="type")]
+
+
+class SearchFilter(_Filter):
+    type: Literal["search"]
+    dimension: str
+    query: SearchQuerySpec
+
+
+DimFilter = Annotated[
+    Union[
+        SelectorFilter, EqualityFilter, InFilter, BoundFilter, RangeFilter, LikeFilter, RegexFilter, NullFilter,
+        AndFilter, OrFilter, NotFilter, IntervalFilter, ColumnComparisonFilter, ExpressionFilter, TrueFilter,
+        FalseFilter, SearchFilter,
+    ],
+    Field(discriminator="type"),
+]
+for _junction in (AndFilter, OrFilter, NotFilter):
+    _junction.model_rebuild()
+
+
+# ------------------------------------------------------------------------------------------------ virtual columns
+
+
+class ExpressionVirtualColumn(SpecModel):
+    type: Literal["expression"]
+    name: str
+    expression: str
+    output_type: Annotated[Literal["LONG", "FLOAT", "DOUBLE", "STRING"] | None, BeforeValidator(
+        lambda v: v.upper() if isinstance(v, str) else v)] = None
+
+
+# ---------------------------------------------------------------------------------------------------- aggregators
+
+
+class _NamedAggregator(SpecModel):
+    name: str
+
+    @property
+    def output_name(self) -> str:
+        return self.name
+
+
+class CountAggregator(_NamedAggregator):
+    type: Literal["count"]
+    #: ignored, as Druid does; pydruid sends it
+    field_name: str | None = None
+
+
+NUMERIC_AGGREGATORS = (
+    "longSum", "doubleSum", "floatSum", "longMin", "longMax", "doubleMin", "doubleMax", "floatMin", "floatMax",
+    "doubleMean", "longAny", "doubleAny", "floatAny",
+)
+
+
+class NumericAggregator(_NamedAggregator):
+    """Sums, minimums, maximums, doubleMean and the *Any aggregators: over a column or an expression."""
+
+    type: Literal[NUMERIC_AGGREGATORS]  # type: ignore[valid-type]
+    field_name: str | None = None
+    expression: str | None = None
+
+    @model_validator(mode="after")
+    def _one_input(self) -> NumericAggregator:
+        if (self.field_name is None) == (self.expression is None):
+            raise ValueError(f"aggregator '{self.name}' needs exactly one of fieldName and expression")
+        return self
+
+
+class FirstLastAggregator(_NamedAggregator):
+    type: Literal[
+        "longFirst", "longLast", "doubleFirst", "doubleLast", "floatFirst", "floatLast", "stringFirst", "stringLast",
+        "stringAny",
+    ]
+    field_name: str
+    time_column: str = "__time"
+    max_string_bytes: int | None = None
+    aggregate_multiple_values: bool | None = None
+
+
+class CardinalityAggregator(_NamedAggregator):
+    """Distinct values, estimated (Druid uses HyperLogLog; Sluice DuckDB's approx_count_distinct)."""
+
+    type: Literal["cardinality"]
+    fields: list[DimensionSpec] = Field(min_length=1)
+    by_row: bool = False
+    round: bool = False
+
+
+class HyperUniqueAggregator(_NamedAggregator):
+    type: Literal["hyperUnique"]
+    field_name: str
+    is_input_hyper_unique: bool = False
+    round: bool = False
+
+
+class FilteredAggregator(SpecModel):
+    type: Literal["filtered"]
+    filter: DimFilter
+    aggregator: Aggregator
+    name: str | None = None
+
+    @property
+    def output_name(self) -> str:
+        return self.name or self.aggregator.output_name
+
+
+Aggregator = Annotated[
+    Union[
+        CountAggregator, NumericAggregator, FirstLastAggregator, CardinalityAggregator, HyperUniqueAggregator,
+        FilteredAggregator,
+    ],
+    Field(discriminator="type"),
+]
+FilteredAggregator.model_rebuild()
+
+
+# ----------------------------------------------------------------------------------------------- post-aggregators
+
+
+class ArithmeticPostAggregator(SpecModel):
+    type: Literal["arithmetic"]
+    name: str | None = None
+    fn: Literal["+", "-", "*", "/", "quotient", "pow"]
+    fields: list[PostAggregator] = Field(min_length=1)
+    ordering: Literal["numericFirst"] | None = None
+
+
+class FieldAccessPostAggregator(SpecModel):
+    type: Literal["fieldAccess", "finalizingFieldAccess", "hyperUniqueCardinality"]
+    name: str | None = None
+    field_name: str
+
+
+class ConstantPostAggregator(SpecModel):
+    type: Literal["constant"]
+    name: str | None = None
+    value: int | float
+
+
+class GreatestLeastPostAggregator(SpecModel):
+    type: Literal["doubleGreatest", "doubleLeast", "longGreatest", "longLeast"]
+    name: str | None = None
+    fields: list[PostAggregator] = Field(min_length=1)
+
+
+class ExpressionPostAggregator(SpecModel):
+    type: Literal["expression"]
+    name: str | None = None
+    expression: str
+    ordering: str | None = None
+    output_type: str | None = None
+
+
+PostAggregator = Annotated[
+    Union[
+        ArithmeticPostAggregator, FieldAccessPostAggregator, ConstantPostAggregator, GreatestLeastPostAggregator,
+        ExpressionPostAggregator,
+    ],
+    Field(discriminator="type"),
+]
+ArithmeticPostAggregator.model_rebuild()
+GreatestLeastPostAggregator.model_rebuild()
+
+
+# --------------------------------------------------------------------------------------------- limits and having
+
+
+def _direction(value: Any) -> Any:
+    if isinstance(value, str):
+        return {"asc": "ascending", "desc": "descending"}.get(value.lower(), value.lower())
+    return value
+
+
+class OrderByColumnSpec(SpecModel):
+    dimension: str
+    direction: Annotated[Literal["ascending", "descending"], BeforeValidator(_direction)] = "ascending"
+    dimension_order: Annotated[Literal["lexicographic", "numeric", "strlen"], BeforeValidator(
+        lambda v: v.get("type") if isinstance(v, dict) else v)] = "lexicographic"
+
+
+class DefaultLimitSpec(SpecModel):
+    type: Literal["default"] = "default"
+    columns: list[Annotated[OrderByColumnSpec, BeforeValidator(
+        lambda v: {"dimension": v} if isinstance(v, str) else v)]] = []
+    limit: int | None = Field(default=None, ge=0)
+    offset: int = Field(default=0, ge=0)
+
+
+class ComparisonHaving(SpecModel):
+    type: Literal["greaterThan", "lessThan", "equalTo"]
+    aggregation: str
+    value: int | float
+
+
+class DimSelectorHaving(SpecModel):
+    type: Literal["dimSelector"]
+    dimension: str
+    value: Scalar = None
+
+
+class FilterHaving(SpecModel):
+    type: Literal["filter"]
+    filter: DimFilter
+
+
+class JunctionHaving(SpecModel):
+    type: Literal["and", "or"]
+    having_specs: list[HavingSpec]
+
+
+class NotHaving(SpecModel):
+    type: Literal["not"]
+    having_spec: HavingSpec
+
+
+class ConstantHaving(SpecModel):
+    type: Literal["always", "never"]
+
+
+HavingSpec = Annotated[
+    Union[ComparisonHaving, DimSelectorHaving, FilterHaving, JunctionHaving, NotHaving, ConstantHaving],
+    Field(discriminator="type"),
+]
+JunctionHaving.model_rebuild()
+NotHaving.model_rebuild()
+
+
+# -------------------------------------------------------------------------------------------------------- queries
+
+
+def _table(value: Any) -> Any:
+    """A data source is a table name, or `{"type": "table", "name": …}`; joins, unions and subqueries are not read."""
+    if isinstance(value, dict) and value.get("type") == "table" and set(value) == {"type", "name"}:
+        return value["name"]
+    if isinstance(value, dict):
+        raise ValueError(f"only table data sources are supported, not {value.get('type')!r}")
+    return value
+
+
+class _Query(SpecModel):
+    data_source: Annotated[str, BeforeValidator(_table)]
+    context: dict[str, Any] = {}
+
+
+class _Aggregating(_Query):
+    intervals: Intervals
+    granularity: Granularity = QueryGranularity("all")
+    filter: DimFilter | None = None
+    virtual_columns: list[ExpressionVirtualColumn] = []
+    aggregations: list[Aggregator] = []
+    post_aggregations: list[PostAggregator] = []
+
+
+class TimeseriesQuery(_Aggregating):
+    query_type: Literal["timeseries"]
+    descending: Annotated[bool, BeforeValidator(lambda v: v.lower() == "true" if isinstance(v, str) else v)] = False
+    limit: int | None = Field(default=None, ge=0)
+
+
+class NumericMetricSpec(SpecModel):
+    type: Literal["numeric"]
+    metric: str
+
+
+class DimensionMetricSpec(SpecModel):
+    type: Literal["dimension", "lexicographic"] = "dimension"
+    ordering: Annotated[Literal["lexicographic", "numeric", "strlen"], BeforeValidator(
+        lambda v: v.get("type") if isinstance(v, dict) else v)] = "lexicographic"
+    previous_stop: str | None = None
+
+
+class InvertedMetricSpec(SpecModel):
+    type: Literal["inverted"]
+    metric: TopNMetricSpec
+
+
+TopNMetricSpec = Annotated[
+    Union[NumericMetricSpec, DimensionMetricSpec, InvertedMetricSpec],
+    Field(discriminator="type"),
+    BeforeValidator(lambda v: {"type": "numeric", "metric": v} if isinstance(v, str) else v),
+]
+InvertedMetricSpec.model_rebuild()
+
+
+class TopNQuery(_Aggregating):
+    query_type: Literal["topN"]
+    dimension: DimensionSpec
+    threshold: int = Field(ge=1)
+    metric: TopNMetricSpec
+
+
+class GroupByQuery(_Aggregating):
+    query_type: Literal["groupBy"]
+    dimensions: list[DimensionSpec] = []
+    limit_spec: DefaultLimitSpec | None = None
+    having: HavingSpec | None = None
+
+
+class ScanOrderBy(SpecModel):
+    column_name: str
+    order: Annotated[Literal["ascending", "descending", "none"], BeforeValidator(_direction)] = "ascending"
+
+
+class ScanQuery(_Query):
+    query_type: Literal["scan"]
+    intervals: Intervals
+    filter: DimFilter | None = None
+    virtual_columns: list[ExpressionVirtualColumn] = []
+    columns: list[str] = []
+    result_format: Literal["list", "compactedList"] = "list"
+    batch_size: int = Field(default=20480, ge=1)
+    limit: int | None = Field(default=None, ge=0)
+    offset: int = Field(default=0, ge=0)
+    order: Annotated[Literal["none", "ascending", "descending"], BeforeValidator(_direction)] = "none"
+    order_by: list[ScanOrderBy] = []
+    legacy: Literal[False] | None = None
+
+
+class TimeBoundaryQuery(_Query):
+    query_type: Literal["timeBoundary"]
+    intervals: Intervals = (ETERNITY,)
+    bound: Literal["minTime", "maxTime"] | None = None
+    filter: DimFilter | None = None
+
+
+class ToInclude(SpecModel):
+    type: Literal["all", "none", "list"]
+    columns: list[str] = []
+
+
+ANALYSIS_TYPES = ("cardinality", "size", "interval", "aggregators", "minmax", "timestampSpec", "queryGranularity",
+                  "rollup")
+
+
+class SegmentMetadataQuery(_Query):
+    query_type: Literal["segmentMetadata"]
+    intervals: Intervals | None = None
+    to_include: ToInclude = ToInclude(type="all")
+    merge: bool = False
+    analysis_types: list[Literal[ANALYSIS_TYPES]] = ["cardinality", "interval", "minmax"]  # type: ignore[valid-type]
+    lenient_aggregator_merge: bool | None = None
+    aggregator_merge_strategy: Literal["strict", "lenient", "earliest", "latest"] | None = None
+    using_default_interval: bool | None = None
+
+
+class DataSourceMetadataQuery(_Query):
+    query_type: Literal["dataSourceMetadata"]
+    intervals: Intervals = (ETERNITY,)
+
+
+class SearchSortSpec(SpecModel):
+    type: Literal["lexicographic", "strlen", "numeric"] = "lexicographic"
+
+
+class SearchQuery(_Query):
+    query_type: Literal["search"]
+    intervals: Intervals
+    granularity: Granularity = QueryGranularity("all")
+    filter: DimFilter | None = None
+    virtual_columns: list[ExpressionVirtualColumn] = []
+    limit: int = Field(default=1000, ge=0)
+    search_dimensions: list[DimensionSpec] = []
+    query: SearchQuerySpec
+    sort: SearchSortSpec = SearchSortSpec()
+
+
+NativeQuery = Annotated[
+    Union[
+        TimeseriesQuery, TopNQuery, GroupByQuery, ScanQuery, TimeBoundaryQuery, SegmentMetadataQuery,
+        DataSourceMetadataQuery, SearchQuery,
+    ],
+    Field(discriminator="query_type"),
+]

@@ -1,0 +1,257 @@
+"""Instants, intervals, periods and granularities of native queries, as Druid reads and writes them.
+
+Druid keeps instants as epoch milliseconds, and its ETERNITY
+(`-146136543-09-08T08:23:32.096Z/146140482-04-24T15:36:27.903Z`) reaches far beyond the years of a Python datetime.
+So instants are ints here, parsed and printed with the proleptic Gregorian calendar directly; datetimes appear only
+where wall-clock arithmetic in a time zone is needed, and that only happens for bucket starts of real data.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+MIN_INSTANT = -(2**63) // 2  # Druid's JodaUtils.MIN_INSTANT / MAX_INSTANT: ETERNITY's bounds
+MAX_INSTANT = (2**63 - 1) // 2
+_DAY = 86_400_000
+
+_INSTANT = re.compile(
+    r"(?P<year>[+-]?\d{4,})(?:-(?P<month>\d{2})(?:-(?P<day>\d{2}))?)?"
+    r"(?:T(?P<hour>\d{2})(?::(?P<minute>\d{2})(?::(?P<second>\d{2})(?:[.,](?P<fraction>\d{1,9}))?)?)?)?"
+    r"(?P<zone>Z|[+-]\d{2}(?::?\d{2})?)?"
+)
+_PERIOD = re.compile(
+    r"P(?:(?P<years>\d+)Y)?(?:(?P<months>\d+)M)?(?:(?P<weeks>\d+)W)?(?:(?P<days>\d+)D)?"
+    r"(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?(?:(?P<seconds>\d+)(?:\.(?P<millis>\d{1,3}))?S)?)?"
+)
+
+
+def _days_from_civil(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm; any year)."""
+    year -= month <= 2
+    era = year // 400
+    year_of_era = year - era * 400
+    day_of_year = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
+    return era * 146097 + day_of_era - 719468
+
+
+def _civil_from_days(days: int) -> tuple[int, int, int]:
+    z = days + 719468
+    era = z // 146097
+    day_of_era = z - era * 146097
+    year_of_era = (day_of_era - day_of_era // 1460 + day_of_era // 36524 - day_of_era // 146096) // 365
+    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
+    mp = (5 * day_of_year + 2) // 153
+    day = day_of_year - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    return year_of_era + era * 400 + (month <= 2), month, day
+
+
+def parse_instant(text: str) -> int:
+    """An ISO-8601 instant as epoch millis; without an offset it is UTC, Druid's default time zone."""
+    match = _INSTANT.fullmatch(text.strip())
+    if not match:
+        raise ValueError(f"'{text}' is not an ISO-8601 instant such as 2015-09-12T00:00:00.000Z")
+    part = {k: int(v) if v and k not in ("fraction", "zone") else v for k, v in match.groupdict().items()}
+    days = _days_from_civil(part["year"], part["month"] or 1, part["day"] or 1)
+    millis = ((part["hour"] or 0) * 60 + (part["minute"] or 0)) * 60_000 + (part["second"] or 0) * 1000
+    millis += int((part["fraction"] or "0").ljust(3, "0")[:3])
+    zone = part["zone"]
+    if zone and zone != "Z":
+        hours, minutes = int(zone[1:3]), int(zone[-2:]) if len(zone) > 3 else 0
+        millis -= (1 if zone[0] == "+" else -1) * (hours * 60 + minutes) * 60_000
+    return days * _DAY + millis
+
+
+def format_instant(millis: int, zone: ZoneInfo | None = None) -> str:
+    """Joda's ISO form: `2015-09-12T00:00:00.000Z`, or with the zone's offset (`…-07:00`) when one is given."""
+    offset_ms = 0
+    if zone is not None and in_datetime_range(millis):
+        offset = to_datetime(millis).astimezone(zone).utcoffset() or timedelta()
+        offset_ms = int(offset.total_seconds() * 1000)
+    local = millis + offset_ms
+    year, month, day = _civil_from_days(local // _DAY)
+    rest = local % _DAY
+    hour, minute, second, milli = rest // 3_600_000, rest // 60_000 % 60, rest // 1000 % 60, rest % 1000
+    year_text = f"-{-year:04d}" if year < 0 else f"{year:04d}"
+    text = f"{year_text}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}.{milli:03d}"
+    if zone is None or offset_ms == 0 and zone.key in ("UTC", "Etc/UTC"):
+        return text + "Z"
+    sign, minutes = ("+" if offset_ms >= 0 else "-"), abs(offset_ms) // 60_000
+    return f"{text}{sign}{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_DATETIME_MIN = _days_from_civil(1, 1, 2) * _DAY  # a day of margin for time-zone offsets
+_DATETIME_MAX = _days_from_civil(9999, 12, 30) * _DAY
+
+
+def in_datetime_range(millis: int) -> bool:
+    return _DATETIME_MIN <= millis <= _DATETIME_MAX
+
+
+def to_datetime(millis: int) -> datetime:
+    return _EPOCH + timedelta(milliseconds=millis)
+
+
+def to_millis(value: datetime) -> int:
+    """A datetime (naive ones are UTC, as DuckDB returns them) as epoch millis."""
+    aware = value if value.tzinfo else value.replace(tzinfo=UTC)
+    delta = aware - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+# ------------------------------------------------------------------------------------------------------ intervals
+
+
+@dataclass(frozen=True)
+class QueryInterval:
+    """A half-open interval of epoch millis, `[start, end)`."""
+
+    start: int
+    end: int
+
+    def overlaps(self, start: int, end: int) -> bool:
+        return self.start < end and start < self.end
+
+
+def parse_interval(text: str) -> QueryInterval:
+    """Druid's `start/end`, `start/period` or `period/end`."""
+    first, sep, second = text.partition("/")
+    if not sep:
+        raise ValueError(f"'{text}' is not an interval of the form start/end")
+    if first.upper().startswith("P"):
+        end = parse_instant(second)
+        return _checked(QueryInterval(add_period(end, Period.parse(first), None, -1), end), text)
+    start = parse_instant(first)
+    if second.upper().startswith("P"):
+        return _checked(QueryInterval(start, add_period(start, Period.parse(second), None)), text)
+    return _checked(QueryInterval(start, parse_instant(second)), text)
+
+
+def _checked(interval: QueryInterval, text: str) -> QueryInterval:
+    if interval.end < interval.start:
+        raise ValueError(f"interval '{text}' ends before it starts")
+    return interval
+
+
+def format_interval(interval: QueryInterval) -> str:
+    return f"{format_instant(interval.start)}/{format_instant(interval.end)}"
+
+
+def condense(intervals: list[QueryInterval]) -> list[QueryInterval]:
+    """Sorted, with overlapping and abutting intervals merged (Druid's JodaUtils.condenseIntervals)."""
+    merged: list[QueryInterval] = []
+    for interval in sorted(intervals, key=lambda i: (i.start, i.end)):
+        if merged and interval.start <= merged[-1].end:
+            merged[-1] = QueryInterval(merged[-1].start, max(merged[-1].end, interval.end))
+        else:
+            merged.append(interval)
+    return merged
+
+
+# -------------------------------------------------------------------------------------------------------- periods
+
+
+@dataclass(frozen=True)
+class Period:
+    """An ISO-8601 period: calendar months, then days, then a fixed number of milliseconds."""
+
+    text: str
+    months: int
+    days: int
+    millis: int
+
+    @classmethod
+    def parse(cls, text: str) -> Period:
+        match = _PERIOD.fullmatch(text.strip().upper())
+        if not match or not any(match.groupdict().values()):
+            raise ValueError(f"'{text}' is not an ISO-8601 period such as PT1H, P1D or P1M")
+        n = {k: int(v or 0) for k, v in match.groupdict().items() if k != "millis"}
+        fraction = int((match.group("millis") or "0").ljust(3, "0"))
+        millis = ((n["hours"] * 60 + n["minutes"]) * 60 + n["seconds"]) * 1000 + fraction
+        return cls(text.strip().upper(), n["years"] * 12 + n["months"], n["weeks"] * 7 + n["days"], millis)
+
+
+def add_period(millis: int, period: Period, zone: ZoneInfo | None, times: int = 1) -> int:
+    """`millis` plus `times` periods; months and days count on the wall clock of `zone` (Joda's Period arithmetic)."""
+    if period.months == 0 and (period.days == 0 or zone is None):
+        return millis + times * (period.days * _DAY + period.millis)
+    if not in_datetime_range(millis):
+        raise ValueError(f"cannot add {period.text} to {format_instant(millis)}")
+    local = to_datetime(millis).astimezone(zone or UTC).replace(tzinfo=None)
+    month_index = local.year * 12 + local.month - 1 + times * period.months
+    year, month = divmod(month_index, 12)
+    day = min(local.day, _month_length(year, month + 1))
+    local = local.replace(year=year, month=month + 1, day=day) + timedelta(days=times * period.days)
+    return to_millis(local.replace(tzinfo=zone or UTC)) + times * period.millis
+
+
+def _month_length(year: int, month: int) -> int:
+    return _days_from_civil(year + month // 12, month % 12 + 1, 1) - _days_from_civil(year, month, 1)
+
+
+# ---------------------------------------------------------------------------------------------------- granularity
+
+# Druid's simple granularities (GranularityType) as periods; `all` and `none` have none.
+SIMPLE_GRANULARITIES = {
+    "second": "PT1S", "minute": "PT1M", "five_minute": "PT5M", "ten_minute": "PT10M", "fifteen_minute": "PT15M",
+    "thirty_minute": "PT30M", "hour": "PT1H", "six_hour": "PT6H", "eight_hour": "PT8H", "day": "P1D",
+    "week": "P1W", "month": "P1M", "quarter": "P3M", "year": "P1Y",
+}
+
+
+@dataclass(frozen=True)
+class QueryGranularity:
+    """How a query buckets time: `all` (one bucket), `none` (every millisecond), a period or a fixed duration."""
+
+    kind: str  # all | none | period | duration
+    period: Period | None = None
+    zone: ZoneInfo | None = None
+    origin: int | None = None  # epoch millis
+    duration: int | None = None  # millis
+
+    @classmethod
+    def simple(cls, name: str) -> QueryGranularity:
+        lowered = name.lower()
+        if lowered in ("all", "none"):
+            return cls(lowered)
+        if lowered not in SIMPLE_GRANULARITIES:
+            known = ", ".join(["all", "none", *SIMPLE_GRANULARITIES])
+            raise ValueError(f"unknown granularity '{name}', expected one of {known}")
+        return cls("period", Period.parse(SIMPLE_GRANULARITIES[lowered]))
+
+    @classmethod
+    def of_period(cls, period: str, time_zone: str | None, origin: str | None) -> QueryGranularity:
+        start = None if origin is None else parse_instant(origin)
+        return cls("period", Period.parse(period), zone_of(time_zone), start)
+
+    @property
+    def fixed_step(self) -> int | None:
+        """The bucket length in millis when every bucket has the same length (no months, no days in a time zone)."""
+        if self.kind == "duration":
+            return self.duration
+        if self.kind == "period" and self.period and self.period.months == 0 and not (self.zone and self.period.days):
+            return self.period.days * _DAY + self.period.millis
+        return None
+
+    def next_bucket(self, start: int) -> int:
+        """The start of the bucket after the one starting at `start`."""
+        if self.kind == "duration" and self.duration:
+            return start + self.duration
+        if self.kind == "period" and self.period:
+            return add_period(start, self.period, self.zone)
+        raise ValueError(f"granularity {self.kind} has no next bucket")
+
+
+def zone_of(name: str | None) -> ZoneInfo | None:
+    """A Joda time zone id as a ZoneInfo; UTC is None, so that timestamps keep Druid's `Z`."""
+    if name is None or name.upper() in ("UTC", "ETC/UTC", "Z"):
+        return None
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone '{name}'") from None

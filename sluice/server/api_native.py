@@ -1,0 +1,185 @@
+"""Druid's native query API (`POST /druid/v2`, `DELETE /druid/v2/{queryId}`) and the data source metadata
+endpoints of the broker (`/druid/v2/datasources…`) and the coordinator (`/druid/coordinator/v1/datasources…`,
+`/druid/coordinator/v1/metadata/datasources…`).
+
+The broker and coordinator views are the broker's visible segments (what the timeline serves: overshadowed
+segments are not there); the metadata views are the used segments in the metadata store.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+
+from sluice.broker.broker import Broker
+from sluice.broker.native import NativeQueryRunner
+from sluice.broker.native_metadata import (
+    DEFAULT_HISTORY, dimensions_and_metrics, full_data_source, segment_json, served_intervals, simple_properties,
+)
+from sluice.broker.native_time import QueryInterval, add_period, parse_interval
+from sluice.broker.errors import SqlError
+from sluice.metadata.store import MetadataStore
+from sluice.segment.segment import DataSegment
+
+log = logging.getLogger(__name__)
+_TABLES_SQL = "SELECT TABLE_NAME FROM INFORMATION_SCHEMA.TABLES WHERE TABLE_SCHEMA = 'druid'"
+
+
+def _json(content: Any, status: int = 200, pretty: bool = False, headers: dict[str, str] | None = None) -> Response:
+    text = json.dumps(content, ensure_ascii=False, allow_nan=False, indent=2 if pretty else None,
+                      separators=None if pretty else (",", ":"))
+    return Response(text, status_code=status, media_type="application/json", headers=headers)
+
+
+def _error(status: int, error: str, message: str, error_class: str, headers: dict[str, str] | None = None) -> Response:
+    body = {"error": error, "errorMessage": message, "errorClass": error_class, "host": None}
+    return _json(body, status, headers=headers)
+
+
+def _no_content() -> Response:
+    """The coordinator answers an unknown data source with 204 and no body."""
+    return Response(status_code=204)
+
+
+def _interval(text: str | None) -> QueryInterval:
+    """A `start/end` (or `start_end`) query parameter; by default the week before now (defaultHistory)."""
+    if text:
+        return parse_interval(text.replace("_", "/"))
+    now = int(time.time() * 1000)
+    return QueryInterval(add_period(now, DEFAULT_HISTORY, None, -1), now)
+
+
+def _sorted(segments: list[DataSegment]) -> list[DataSegment]:
+    return sorted(segments, key=lambda s: s.id)
+
+
+def native_router(broker: Broker, metadata: MetadataStore) -> APIRouter:
+    router = APIRouter()
+    runner = NativeQueryRunner(broker)
+
+    @router.post("/druid/v2")
+    @router.post("/druid/v2/")
+    async def native_query(request: Request) -> Response:
+        try:
+            payload = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            return _error(400, "Json parse failed", str(error), "com.fasterxml.jackson.core.JsonParseException")
+        context = payload.get("context") if isinstance(payload, dict) else None
+        query_id = context.get("queryId") if isinstance(context, dict) else None
+        headers = {"X-Druid-Query-Id": str(query_id or uuid.uuid4())}
+        try:
+            result = await run_in_threadpool(runner.run, payload, headers["X-Druid-Query-Id"])
+        except SqlError as error:
+            return _json(error.to_json(), error.status, headers=headers)
+        except Exception as error:  # a failure of Sluice, not of the query
+            log.exception("native query %s failed", headers["X-Druid-Query-Id"])
+            return _error(500, "Unknown exception", str(error), type(error).__name__, headers)
+        return _json(result, pretty="pretty" in request.query_params, headers=headers)
+
+    @router.delete("/druid/v2/{query_id}")
+    def cancel(query_id: str) -> Response:
+        """Druid: 202 once the query is told to stop, 404 when no such query runs."""
+        return Response(status_code=202 if broker.cancel(query_id) else 404)
+
+    # ---------------------------------------------------------------------------------------- broker
+
+    @router.get("/druid/v2/datasources")
+    def broker_data_sources() -> Response:
+        """Queryable data sources: those with segments and those only running tasks hold rows of."""
+        return _json(sorted(name for (name,) in broker.sql(_TABLES_SQL).rows))
+
+    @router.get("/druid/v2/datasources/{data_source}")
+    def broker_data_source(data_source: str, request: Request) -> Response:
+        segments = broker.visible_segments().get(data_source, [])
+        try:
+            interval = _interval(request.query_params.get("interval"))
+        except ValueError as error:
+            return _error(400, "druidException", str(error), "org.apache.druid.error.DruidException")
+        if "full" in request.query_params:
+            return _json(served_intervals(segments, interval))
+        return _json(dimensions_and_metrics(segments, interval))
+
+    # ----------------------------------------------------------------------------------- coordinator
+
+    @router.get("/druid/coordinator/v1/datasources")
+    def coordinator_data_sources(request: Request) -> Response:
+        visible = broker.visible_segments()
+        if "full" in request.query_params:
+            return _json([full_data_source(name, visible[name]) for name in sorted(visible)])
+        if "simple" in request.query_params:
+            return _json([{"name": name, "properties": simple_properties(visible[name])} for name in sorted(visible)])
+        return _json(sorted(visible))
+
+    @router.get("/druid/coordinator/v1/datasources/{data_source}")
+    def coordinator_data_source(data_source: str, request: Request) -> Response:
+        segments = broker.visible_segments().get(data_source)
+        if not segments:
+            return _no_content()
+        if "full" in request.query_params:
+            return _json(full_data_source(data_source, segments))
+        return _json(simple_properties(segments))
+
+    @router.get("/druid/coordinator/v1/datasources/{data_source}/intervals")
+    def coordinator_intervals(data_source: str) -> Response:
+        segments = broker.visible_segments().get(data_source)
+        if not segments:
+            return _no_content()
+        intervals = sorted({s.interval for s in segments}, key=lambda i: (i.start, i.end), reverse=True)
+        return _json([str(i) for i in intervals])
+
+    @router.get("/druid/coordinator/v1/datasources/{data_source}/segments")
+    def coordinator_segments(data_source: str, request: Request) -> Response:
+        segments = broker.visible_segments().get(data_source)
+        if not segments:
+            return _no_content()
+        if "full" in request.query_params:
+            return _json([segment_json(s) for s in _sorted(segments)])
+        return _json([str(s.id) for s in _sorted(segments)])
+
+    @router.get("/druid/coordinator/v1/datasources/{data_source}/segments/{segment_id}")
+    def coordinator_segment(data_source: str, segment_id: str, request: Request) -> Response:
+        for segment in broker.visible_segments().get(data_source, []):
+            if str(segment.id) == segment_id:
+                return _json({"metadata": segment_json(segment), "servers": [request.url.netloc]})
+        return _no_content()
+
+    # -------------------------------------------------------------------------------------- metadata
+
+    @router.get("/druid/coordinator/v1/metadata/datasources")
+    def metadata_data_sources(request: Request) -> Response:
+        if "full" in request.query_params:
+            by_source: dict[str, list[DataSegment]] = {}
+            for segment in metadata.used_segments():
+                by_source.setdefault(segment.data_source, []).append(segment)
+            return _json([full_data_source(name, by_source[name]) for name in sorted(by_source)])
+        return _json(metadata.data_sources())
+
+    @router.get("/druid/coordinator/v1/metadata/datasources/{data_source}")
+    def metadata_data_source(data_source: str) -> Response:
+        segments = metadata.used_segments(data_source)
+        return _json(full_data_source(data_source, segments)) if segments else Response(status_code=404)
+
+    @router.get("/druid/coordinator/v1/metadata/datasources/{data_source}/segments")
+    def metadata_segments(data_source: str, request: Request) -> Response:
+        segments = metadata.used_segments(data_source)
+        if not segments:
+            return Response(status_code=404)
+        if "full" in request.query_params:
+            return _json([segment_json(s) for s in segments])
+        return _json([str(s.id) for s in segments])
+
+    @router.get("/druid/coordinator/v1/metadata/datasources/{data_source}/segments/{segment_id}")
+    def metadata_segment(data_source: str, segment_id: str) -> Response:
+        for segment in metadata.used_segments(data_source):
+            if str(segment.id) == segment_id:
+                return _json(segment_json(segment))
+        return Response(status_code=404)
+
+    return router
