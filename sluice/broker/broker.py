@@ -1,41 +1,198 @@
-"""The broker: Druid SQL over the visible segments of every data source."""
+"""The broker: Druid SQL over the visible segments of every data source, plus the rows running tasks hold.
+
+A query is translated first, which tells the broker which data sources it reads and over which intervals of
+`__time`; only the segments (and realtime pieces) overlapping those intervals are handed to the engine, as Druid's
+broker only asks the segments a query's intervals cover. What the metadata store says is kept for a short time
+(`snapshot_ttl_s`) rather than read again for every query; a file that vanished in between (a segment dropped, a
+realtime piece handed off) makes the query run once more on a fresh snapshot.
+"""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from sluice.broker.engine import QueryResult, SqlEngine
+import pyarrow as pa
+
+from sluice.broker import system_tables as sys_tables
+from sluice.broker.engine import QueryResult, SegmentFileGone, SqlEngine, table_columns
+from sluice.broker.errors import SqlError
+from sluice.broker.intervals import overlaps_any
+from sluice.broker.sql import translate_query
+from sluice.broker.system_tables import Server, SystemTable
+from sluice.discovery import BROKER, OVERLORD, WORKER, live_nodes
 from sluice.metadata.store import MetadataStore
 from sluice.segment.deep_storage import DeepStorage
-from sluice.segment.segment import ETERNITY, DataSegment
+from sluice.segment.segment import ETERNITY, DataSegment, Interval, SegmentId
 from sluice.segment.timeline import VersionedIntervalTimeline
 
 
+@dataclass(frozen=True)
+class RealtimePiece:
+    """Rows a running task has read but not published yet: a Parquet file holding rows of `interval`."""
+
+    path: str
+    interval: Interval
+
+
+Realtime = Callable[[], Mapping[str, Sequence[RealtimePiece]]]
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """What the metadata store said at one moment."""
+
+    taken: float  # time.monotonic()
+    used: list[DataSegment]
+    visible: dict[str, list[DataSegment]]  # per data source, what the timeline shows, in segment id order
+    overshadowed: set[SegmentId]
+
+
+# Sluice's roles as Druid's node roles in sys.servers.
+_SERVER_TYPES = {OVERLORD: "overlord", BROKER: "broker", WORKER: "middle_manager"}
+
+
 class Broker:
-    def __init__(self, metadata: MetadataStore, deep_storage: DeepStorage, cache_dir: Path,
-                 engine: SqlEngine | None = None) -> None:
+    def __init__(
+        self,
+        metadata: MetadataStore,
+        deep_storage: DeepStorage,
+        cache_dir: Path,
+        engine: SqlEngine | None = None,
+        *,
+        realtime: Realtime | None = None,
+        supervisors: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
+        tasks: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
+        servers: Callable[[], Sequence[Server]] | None = None,
+        snapshot_ttl_s: float = 0.5,
+    ) -> None:
+        """`realtime` lists the unpublished pieces of running tasks per data source. `supervisors` (SupervisorStatus
+        JSON), `tasks` (TaskStatusPlus JSON) and `servers` give live state for the sys tables; without them, what
+        the metadata store holds is shown."""
         self._metadata = metadata
         self._deep_storage = deep_storage
         self._cache_dir = cache_dir
         self._engine = engine or SqlEngine()
+        self._realtime = realtime or dict
+        self._supervisors = supervisors or self._stored_supervisors
+        self._tasks = tasks or self._stored_tasks
+        self._servers = servers or self._announced_servers
+        self._snapshot_ttl_s = snapshot_ttl_s
+        self._snapshot_lock = threading.Lock()
+        self._current: _Snapshot | None = None
+        self._local_paths: dict[SegmentId, str] = {}
 
     def visible_segments(self) -> dict[str, list[DataSegment]]:
         """Per data source, the segments the versioned timeline shows (overshadowed ones hidden)."""
-        by_source: dict[str, list[DataSegment]] = {}
-        for segment in self._metadata.used_segments():
-            by_source.setdefault(segment.data_source, []).append(segment)
-        visible = {}
-        for source, segments in by_source.items():
-            holders = VersionedIntervalTimeline.from_segments(segments).lookup(ETERNITY)
-            # a partially overshadowed segment shows up in several holders; read it once
-            visible[source] = list({s.id: s for holder in holders for s in holder.segments}.values())
-        return visible
+        return self._snapshot().visible
 
     def sql(self, query: str, parameters: Sequence[dict[str, Any]] = (),
             context: Mapping[str, Any] | None = None) -> QueryResult:
-        tables = {
-            source: [str(self._deep_storage.fetch(s.load_spec, self._cache_dir)) for s in segments]
-            for source, segments in self.visible_segments().items()
-        }
-        return self._engine.execute(query, tables, parameters, context)
+        """Run Druid SQL; a file that vanished since the snapshot was taken makes it run once more on a fresh one."""
+        try:
+            return self._sql(query, parameters, context, fresh=False)
+        except SegmentFileGone:
+            self._local_paths.clear()
+        try:
+            return self._sql(query, parameters, context, fresh=True)
+        except SegmentFileGone as gone:
+            raise SqlError.internal(f"Segment files could not be read, even on a fresh snapshot: {gone}") from gone
+
+    def cancel(self, query_id: str) -> bool:
+        """Cancel the running query with this sqlQueryId; False when none runs."""
+        return self._engine.cancel(query_id)
+
+    def _sql(self, query: str, parameters: Sequence[dict[str, Any]], context: Mapping[str, Any] | None,
+             fresh: bool) -> QueryResult:
+        snapshot = self._snapshot(fresh)
+        realtime = {source: list(pieces) for source, pieces in self._realtime().items() if pieces}
+        existing = set(snapshot.visible) | set(realtime)
+        translation = translate_query(query, existing, context)
+        files = {source: self._files(snapshot.visible.get(source, []), realtime.get(source, []),
+                                     translation.intervals[source]) for source in translation.data_sources}
+        system = {table: self._system_table(table, snapshot, realtime) for table in translation.system_tables}
+        return self._engine.run(translation, files, parameters, system)
+
+    def _files(self, segments: list[DataSegment], pieces: list[RealtimePiece], intervals: list[Interval]) -> list[str]:
+        """The files of the segments and pieces that overlap the query's intervals; when none does, one file all the
+        same, which gives the data source its columns (the query's own filter then finds no rows in it)."""
+        paths = [self._local_path(s) for s in segments if overlaps_any(s.interval, intervals)]
+        paths += [piece.path for piece in pieces if overlaps_any(piece.interval, intervals)]
+        return paths or ([self._local_path(segments[0])] if segments else [pieces[0].path])
+
+    def _local_path(self, segment: DataSegment) -> str:
+        path = self._local_paths.get(segment.id)
+        if path is None:
+            path = str(self._deep_storage.fetch(segment.load_spec, self._cache_dir))
+            self._local_paths[segment.id] = path
+        return path
+
+    def _snapshot(self, fresh: bool = False) -> _Snapshot:
+        with self._snapshot_lock:
+            current = self._current
+            if fresh or current is None or time.monotonic() - current.taken > self._snapshot_ttl_s:
+                used = self._metadata.used_segments()
+                if current is not None and [s.id for s in used] == [s.id for s in current.used]:
+                    current = replace(current, taken=time.monotonic())  # same segments: same timeline
+                else:
+                    current = _take_snapshot(used)
+                self._current = current
+            return current
+
+    # ----------------------------------------------------------------------------------------------- system tables
+
+    def _system_table(self, table: SystemTable, snapshot: _Snapshot,
+                      realtime: Mapping[str, list[RealtimePiece]]) -> pa.Table:
+        available = {segment.id for segments in snapshot.visible.values() for segment in segments}
+        if table is sys_tables.SCHEMATA:
+            return sys_tables.schemata()
+        if table is sys_tables.TABLES:
+            return sys_tables.tables(set(snapshot.visible) | set(realtime))
+        if table is sys_tables.COLUMNS:
+            sources = set(snapshot.visible) | set(realtime)
+            return sys_tables.columns({
+                source: [(name, sys_tables.sql_type(kind)) for name, kind in table_columns(
+                    [self._local_path(s) for s in snapshot.visible.get(source, [])]
+                    + [piece.path for piece in realtime.get(source, [])])]
+                for source in sources
+            })
+        if table is sys_tables.SEGMENTS:
+            return sys_tables.segments(snapshot.used, available, snapshot.overshadowed)
+        if table is sys_tables.SERVERS:
+            return sys_tables.servers(self._servers())
+        if table is sys_tables.SERVER_SEGMENTS:
+            return sys_tables.server_segments(self._servers(), sorted(available))
+        if table is sys_tables.TASKS:
+            return sys_tables.tasks(self._tasks())
+        return sys_tables.supervisors(self._supervisors())
+
+    def _stored_tasks(self) -> list[dict[str, Any]]:
+        return [sys_tables.task_status(record) for record in self._metadata.list_tasks()]
+
+    def _stored_supervisors(self) -> list[dict[str, Any]]:
+        return [sys_tables.supervisor_status(spec_id, spec)
+                for spec_id, spec in self._metadata.active_supervisors().items()]
+
+    def _announced_servers(self) -> list[Server]:
+        return [Server(node.host, node.port, server_type)
+                for role, server_type in _SERVER_TYPES.items() for node in live_nodes(self._metadata, role)]
+
+
+def _take_snapshot(used: list[DataSegment]) -> _Snapshot:
+    by_source: dict[str, list[DataSegment]] = {}
+    for segment in used:
+        by_source.setdefault(segment.data_source, []).append(segment)
+    visible, overshadowed = {}, set()
+    for source, segments in by_source.items():
+        timeline = VersionedIntervalTimeline.from_segments(segments)
+        holders = timeline.lookup(ETERNITY)
+        # a partially overshadowed segment shows up in several holders; read it once
+        shown = {s.id: s for holder in holders for s in holder.segments}
+        visible[source] = sorted(shown.values(), key=lambda s: s.id)
+        overshadowed |= timeline.find_fully_overshadowed()
+    return _Snapshot(time.monotonic(), used, visible, overshadowed)
+

@@ -1,29 +1,43 @@
-"""Runs a Druid SQL query with DuckDB over the Parquet files of the visible segments.
+"""Runs a translated Druid SQL query with DuckDB over the Parquet files of the segments it may read.
 
-Every query gets its own in-memory DuckDB connection that holds one view per data source the query reads, over exactly
-that data source's files. Before the query runs, the connection is locked down: it may read those files and nothing
-else, and its configuration can no longer change. This is the second wall of the sandbox; the first is the check in
-`sql.translate_query`, which admits only read-only queries over known tables (DuckDB still lets `COPY … TO` write
-inside allowed folders, so the locked-down connection alone would not do).
+Every distinct set of files gets its own in-memory DuckDB database that holds one view per data source over exactly
+those files, and is then locked down: it may read those files and nothing else, and its configuration can no longer
+change. This is the second wall of the sandbox; the first is the check in `sql.translate_query`, which admits only
+read-only queries over known tables (DuckDB still lets `COPY … TO` write inside allowed folders, so the locked-down
+database alone would not do). Opening a database, binding views and reading Parquet footers cost more than a
+small query itself, and segment files never change, so the databases of the most recent file sets are kept and each
+query runs on its own cursor of one. System tables are registered on that cursor only, for that query.
+
+Segment files written by Spark store `__time` as a UTC-adjusted timestamp, which DuckDB reads as TIMESTAMPTZ; Druid
+SQL sees a TIMESTAMP. DuckDB's TIMESTAMPTZ→TIMESTAMP cast goes through ICU per value and costs more than a whole
+timeseries query, so the views take the instant's microseconds instead. Files that store `__time` as a plain
+TIMESTAMP need nothing and keep Parquet's min/max statistics usable for `__time` filters.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import closing, contextmanager
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from decimal import Decimal
+from datetime import time as time_of_day
+from functools import lru_cache, partial
 from typing import Any
 
 import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 from sqlglot import exp
 
-from sluice.broker.sql import DUCKDB_SETTINGS, TIME_COLUMN, SqlError, translate_query
-
-DEFAULT_TIMEOUT_MS = 300_000  # Druid's druid.server.http.defaultQueryTimeout
+from sluice.broker.errors import SqlError
+from sluice.broker.functions import Zone
+from sluice.broker.sql import DUCKDB_SETTINGS, TIME_COLUMN, Translation, translate_query
+from sluice.broker.system_tables import SystemTable
 
 
 @dataclass(frozen=True)
@@ -31,13 +45,24 @@ class QueryResult:
     columns: list[str]
     druid_types: list[str]  # LONG, FLOAT, DOUBLE, STRING, ARRAY<…>, COMPLEX<json>
     sql_types: list[str]  # BIGINT, DOUBLE, FLOAT, VARCHAR, TIMESTAMP, BOOLEAN, …
-    rows: list[tuple]
+    rows: list[tuple]  # timestamps naive in UTC, or aware in the query's sqlTimeZone when it has one
+
+
+_CANCEL_WAIT_S = 5.0
+
+
+class SegmentFileGone(Exception):
+    """A file the query was to read has vanished (a segment dropped, a realtime piece handed off) since the caller
+    decided which files to read; asking again for the files to read and rerunning the query is the remedy."""
 
 
 class SqlEngine:
-    """Executes Druid SQL on DuckDB, one sandboxed connection per query."""
+    """Executes translated Druid SQL on DuckDB."""
 
-    def __init__(self, threads: int | None = None, memory_limit: str | None = None) -> None:
+    def __init__(self, threads: int | None = None, memory_limit: str | None = None,
+                 max_result_rows: int | None = None, databases: int = 8) -> None:
+        """`memory_limit` (DuckDB's, e.g. "2GB") bounds each query; `max_result_rows` bounds what one query may
+        return; `databases` is how many file sets keep an open database."""
         self._config: dict[str, Any] = {
             "threads": threads or min(4, os.cpu_count() or 1),
             "autoload_known_extensions": False,
@@ -45,6 +70,13 @@ class SqlEngine:
         }
         if memory_limit:
             self._config["memory_limit"] = memory_limit
+        self._memory_limit = memory_limit
+        self._max_result_rows = max_result_rows
+        self._capacity = databases
+        self._databases: OrderedDict[tuple, duckdb.DuckDBPyConnection] = OrderedDict()
+        self._lock = threading.Lock()
+        self._running: dict[str, list[duckdb.DuckDBPyConnection]] = {}
+        self._cancelled: set[str] = set()
 
     def execute(
         self,
@@ -54,37 +86,119 @@ class SqlEngine:
         context: Mapping[str, Any] | None = None,
     ) -> QueryResult:
         """Run `sql` over `tables` (data source → segment files; one with no files does not exist yet)."""
-        readable = {name: list(files) for name, files in tables.items() if files}
-        translation = translate_query(sql, readable.keys())
-        values = bind_parameters(parameters, translation.parameter_count)
-        timeout_ms = _timeout_ms(context)
-        with closing(duckdb.connect(":memory:", config=self._config)) as conn, _deadline(conn, timeout_ms):
-            try:
-                lock_down(conn, {name: readable[name] for name in translation.data_sources})
-                cursor = conn.execute(translation.sql, values)
-                return _result(cursor.description, cursor.fetchall())
-            except duckdb.InterruptException as e:
-                raise SqlError.timeout() from e
-            except duckdb.Error as e:
-                raise _sql_error(e) from e
+        readable = {name: files for name, files in tables.items() if files}
+        try:
+            return self.run(translate_query(sql, readable.keys(), context), readable, parameters)
+        except SegmentFileGone as e:
+            raise SqlError.internal(str(e)) from e
+
+    def run(
+        self,
+        query: Translation,
+        tables: Mapping[str, Sequence[str]],
+        parameters: Sequence[dict] = (),
+        system_tables: Mapping[SystemTable, pa.Table] | None = None,
+    ) -> QueryResult:
+        """Run a translated query; `tables` holds the files of (at least) the data sources it reads, each non-empty.
+
+        Raises SqlError, or SegmentFileGone when a file is missing.
+        """
+        values = bind_parameters(parameters, query.parameter_count)
+        query_id = query.context.query_id
+        try:
+            cursor = self._cursor({name: list(tables[name]) for name in query.data_sources})
+            with cursor, self._registered(query_id, cursor), _deadline(cursor, query.context.timeout_ms):
+                for table, rows in (system_tables or {}).items():
+                    cursor.register(table.relation, rows)
+                if query.explain:
+                    return _explain(cursor, query, values, tables)
+                cursor.execute(query.sql, values)
+                return _result(cursor.description, self._fetch(cursor), query.context.session.time_zone)
+        except duckdb.InterruptException as e:
+            if query_id is not None and query_id in self._cancelled:
+                raise SqlError.cancelled(query_id) from e
+            raise SqlError.timeout() from e
+        except duckdb.IOException as e:
+            raise SegmentFileGone(_first_line(e)) from e
+        except duckdb.OutOfMemoryException as e:
+            raise SqlError.resource_limit(
+                f"Query needs more memory than the broker's limit of {self._memory_limit}: {_first_line(e)}") from e
+        except duckdb.Error as e:
+            raise _sql_error(e) from e
+        finally:
+            if query_id is not None:
+                self._cancelled.discard(query_id)
+
+    def cancel(self, query_id: str) -> bool:
+        """Interrupt the running queries with this sqlQueryId; False when no such query runs."""
+        with self._lock:
+            cursors = list(self._running.get(query_id, ()))
+            if cursors:
+                self._cancelled.add(query_id)
+        # An interrupt that comes before DuckDB has started the query is lost: repeat it until the query stopped.
+        deadline = time.monotonic() + _CANCEL_WAIT_S
+        while self._still_running(query_id, cursors) and time.monotonic() < deadline:
+            for cursor in cursors:
+                cursor.interrupt()
+            time.sleep(0.005)
+        return bool(cursors)
+
+    def _still_running(self, query_id: str, cursors: list[duckdb.DuckDBPyConnection]) -> bool:
+        with self._lock:
+            return any(cursor in self._running.get(query_id, ()) for cursor in cursors)
+
+    def _fetch(self, cursor: duckdb.DuckDBPyConnection) -> list[tuple]:
+        if self._max_result_rows is None:
+            return cursor.fetchall()
+        rows = cursor.fetchmany(self._max_result_rows + 1)
+        if len(rows) > self._max_result_rows:
+            raise SqlError.resource_limit(
+                f"Query returned more than the {self._max_result_rows} rows a query may return; "
+                "add a LIMIT or a narrower WHERE clause")
+        return rows
+
+    @contextmanager
+    def _registered(self, query_id: str | None, cursor: duckdb.DuckDBPyConnection) -> Iterator[None]:
+        if query_id is None:
+            yield
+            return
+        with self._lock:
+            self._running.setdefault(query_id, []).append(cursor)
+        try:
+            yield
+        finally:
+            with self._lock:
+                running = self._running[query_id]
+                running.remove(cursor)
+                if not running:
+                    del self._running[query_id]
+
+    def _cursor(self, data_sources: dict[str, list[str]]) -> duckdb.DuckDBPyConnection:
+        """A cursor of the locked-down database for exactly these files, opened if none is kept."""
+        key = tuple(sorted((name, tuple(files)) for name, files in data_sources.items()))
+        with self._lock:
+            database = self._databases.pop(key, None)
+            if database is None:
+                database = duckdb.connect(":memory:", config=self._config)
+                lock_down(database, data_sources)
+            self._databases[key] = database
+            while len(self._databases) > self._capacity:
+                # Dropped, not closed: queries running on its cursors keep the database alive until they end.
+                self._databases.popitem(last=False)
+            return database.cursor()
 
 
-def _timeout_ms(context: Mapping[str, Any] | None) -> int:
-    """Druid's context `timeout`, in milliseconds; 0 means none."""
-    timeout = (context or {}).get("timeout", DEFAULT_TIMEOUT_MS)
-    try:
-        return int(timeout)
-    except (TypeError, ValueError) as e:
-        raise SqlError(f"Query context timeout must be a number of milliseconds, got {timeout!r}") from e
+def _first_line(error: Exception) -> str:
+    return str(error).split("\n", 1)[0]
 
 
 @contextmanager
-def _deadline(conn: duckdb.DuckDBPyConnection, timeout_ms: int) -> Iterator[None]:
-    """Interrupts whatever `conn` runs once `timeout_ms` have passed (the query then fails with InterruptException)."""
+def _deadline(cursor: duckdb.DuckDBPyConnection, timeout_ms: int) -> Iterator[None]:
+    """Interrupts what `cursor` runs once `timeout_ms` have passed (the query then fails with InterruptException)."""
     if timeout_ms <= 0:
         yield
         return
-    timer = threading.Timer(timeout_ms / 1000, conn.interrupt)
+    timer = threading.Timer(timeout_ms / 1000, cursor.interrupt)
     timer.start()
     try:
         yield
@@ -92,10 +206,14 @@ def _deadline(conn: duckdb.DuckDBPyConnection, timeout_ms: int) -> Iterator[None
         timer.cancel()
 
 
+# ---------------------------------------------------------------------------------------------------------- views
+
+
 def lock_down(conn: duckdb.DuckDBPyConnection, data_sources: Mapping[str, list[str]]) -> None:
     """Views for the data sources, then no file access beyond their files and no configuration changes."""
     for name, value in DUCKDB_SETTINGS.items():
-        conn.execute(f"SET {name} = ?", [value])
+        conn.execute(f"SET GLOBAL {name} = ?", [value])
+    conn.execute("SET parquet_metadata_cache = true")
     for name, files in data_sources.items():
         conn.execute(_view_sql(name, files))
     conn.execute("SET allowed_paths = ?", [[path for files in data_sources.values() for path in files]])
@@ -104,21 +222,53 @@ def lock_down(conn: duckdb.DuckDBPyConnection, data_sources: Mapping[str, list[s
 
 
 def _view_sql(name: str, files: list[str]) -> str:
-    """`CREATE VIEW "<name>"` over the files, columns unioned by name and `__time` as a UTC TIMESTAMP.
+    """`CREATE VIEW "<name>"`: one scan per group of files with the same schema, united by column name.
 
-    Segment files are written by Spark with `__time` adjusted to UTC, which DuckDB reads as TIMESTAMPTZ; Druid SQL
-    sees a TIMESTAMP. The session time zone is UTC, so the cast keeps the instant.
+    Grouping by schema here spares DuckDB's `union_by_name`, which reads every file's footer each time a query binds.
     """
-    scan = exp.ReadParquet(
-        expressions=[
-            exp.array(*(exp.Literal.string(path) for path in files)),
-            exp.EQ(this=exp.column("union_by_name"), expression=exp.true()),
-        ]
-    )
-    time = exp.alias_(exp.cast(exp.column(TIME_COLUMN), exp.DType.TIMESTAMP), TIME_COLUMN)
-    query = exp.select(exp.Star(replace=[time])).from_(exp.Table(this=scan))
+    groups: dict[pa.Schema, list[str]] = {}
+    for path in files:
+        groups.setdefault(file_schema(path), []).append(path)
+    scans = [_scan(schema, paths) for schema, paths in groups.items()]
+    query = scans[0]
+    for scan in scans[1:]:
+        query = exp.Union(this=query, expression=scan, distinct=False, by_name=True)
     view = exp.Table(this=exp.to_identifier(name, quoted=True))
     return exp.Create(this=view, kind="VIEW", expression=query).sql(dialect="duckdb")
+
+
+def _scan(schema: pa.Schema, files: list[str]) -> exp.Select:
+    scan = exp.ReadParquet(expressions=[exp.array(*(exp.Literal.string(path) for path in files))])
+    star = exp.Star()
+    time_type = schema.field(TIME_COLUMN).type if TIME_COLUMN in schema.names else None
+    if time_type is not None and pa.types.is_timestamp(time_type) and time_type.tz is not None:
+        # make_timestamp(epoch_us(t)) is the same instant as CAST(t AS TIMESTAMP) in UTC, without ICU.
+        micros = exp.Anonymous(this="EPOCH_US", expressions=[exp.column(TIME_COLUMN)])
+        star = exp.Star(replace=[exp.alias_(exp.Anonymous(this="MAKE_TIMESTAMP", expressions=[micros]), TIME_COLUMN)])
+    return exp.select(star).from_(exp.Table(this=scan))
+
+
+def file_schema(path: str) -> pa.Schema:
+    """The Arrow schema of a Parquet file (its footer is read once per version of the file)."""
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError as e:
+        raise SegmentFileGone(f"Segment file {path} no longer exists") from e
+    return _schema(path, stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=65536)
+def _schema(path: str, _mtime_ns: int, _size: int) -> pa.Schema:
+    return pq.read_schema(path).remove_metadata()
+
+
+def table_columns(files: Sequence[str]) -> list[tuple[str, pa.DataType]]:
+    """A data source's columns over these files, in the order its view shows them (first appearance)."""
+    found: dict[str, pa.DataType] = {}
+    for path in files:
+        for column in file_schema(path):
+            found.setdefault(column.name, column.type)
+    return list(found.items())
 
 
 # ------------------------------------------------------------------------------------------------------ parameters
@@ -188,13 +338,17 @@ def _druid_type(duckdb_type: Any) -> tuple[str, str]:
     return _TYPES.get(duckdb_type.id, _OTHER)
 
 
-def _result(description: list[tuple], rows: list[tuple]) -> QueryResult:
+def _result(description: list[tuple], rows: list[tuple], zone: Zone | None) -> QueryResult:
     types = [_druid_type(column[1]) for column in description]
+    converters = [_converter(column[1], zone) for column in description]
+    if any(converters):
+        rows = [tuple(v if convert is None or v is None else convert(v) for v, convert in zip(row, converters))
+                for row in rows]
     return QueryResult(
         columns=_unique([column[0] for column in description]),
         druid_types=[druid for druid, _ in types],
         sql_types=[sql for _, sql in types],
-        rows=[tuple(_value(v) for v in row) for row in rows],
+        rows=rows,
     )
 
 
@@ -211,17 +365,50 @@ def _unique(names: list[str]) -> list[str]:
     return unique
 
 
-def _value(value: Any) -> Any:
-    """DuckDB's Python values as the plain values Druid returns: floats for decimals, naive UTC timestamps."""
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, datetime) and value.tzinfo is not None:
-        return value.astimezone(UTC).replace(tzinfo=None)
-    if isinstance(value, list):
-        return [_value(v) for v in value]
-    if value is None or isinstance(value, bool | int | float | str | date | dict):
-        return value
-    return str(value)
+def _converter(duckdb_type: Any, zone: Zone | None) -> Callable[[Any], Any] | None:
+    """How a column's DuckDB Python values become the plain values Druid returns (None: they already are)."""
+    kind = duckdb_type.id
+    if kind == "list":
+        element = _converter(duckdb_type.child, zone)
+        return None if element is None else (lambda values: [None if v is None else element(v) for v in values])
+    if kind == "decimal":
+        return float
+    if kind.startswith("timestamp"):
+        return partial(_timestamp_value, zone=zone) if zone is not None or "zone" in kind else None
+    if kind == "date" and zone is not None:  # a day of the session's calendar
+        return lambda day: datetime.combine(day, time_of_day(), zone.tzinfo)
+    if kind in _TYPES and kind != "uuid" or kind in ("struct", "map"):
+        return None
+    return str  # UUID, INTERVAL, TIME, BLOB…: their text
+
+
+def _timestamp_value(value: datetime, zone: Zone | None) -> datetime:
+    """An instant as a naive UTC datetime, or an aware one in the query's time zone."""
+    utc = value.astimezone(UTC) if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return utc.replace(tzinfo=None) if zone is None else utc.astimezone(zone.tzinfo)
+
+
+def _explain(cursor: duckdb.DuckDBPyConnection, query: Translation, values: list[Any],
+             tables: Mapping[str, Sequence[str]]) -> QueryResult:
+    """EXPLAIN PLAN FOR: Druid's PLAN / RESOURCES / ATTRIBUTES row, the plan being the DuckDB query Sluice runs, the
+    intervals and files it reads, its output signature and DuckDB's physical plan."""
+    relation = cursor.sql(query.sql, params=values or None)
+    signature = [{"name": name, "type": _druid_type(kind)[0]} for name, kind in zip(relation.columns, relation.types)]
+    plan = [{
+        "query": {
+            "queryType": "sql",
+            "sql": query.sql,
+            "dataSources": {name: {"intervals": [str(i) for i in query.intervals[name]],
+                                   "files": len(tables[name])} for name in sorted(query.data_sources)},
+            "context": {"sqlQueryId": query.context.query_id} if query.context.query_id else {},
+            "physicalPlan": relation.explain(),
+        },
+        "signature": signature,
+        "columnMappings": [{"queryColumn": s["name"], "outputColumn": s["name"]} for s in signature],
+    }]
+    resources = [{"name": name, "type": "DATASOURCE"} for name in sorted(query.data_sources)]
+    row = tuple(json.dumps(value, ensure_ascii=False) for value in (plan, resources, {"statementType": "SELECT"}))
+    return QueryResult(["PLAN", "RESOURCES", "ATTRIBUTES"], ["STRING"] * 3, ["VARCHAR"] * 3, [row])
 
 
 # DuckDB errors that mean the query itself is wrong (unknown column, bad cast, wrong argument…).
@@ -239,5 +426,5 @@ _USER_ERRORS = (
 
 def _sql_error(error: duckdb.Error) -> SqlError:
     # DuckDB's message points into the translated SQL after its first line, which the user never wrote.
-    message = str(error).split("\n", 1)[0]
+    message = _first_line(error)
     return SqlError(message) if isinstance(error, _USER_ERRORS) else SqlError.internal(message)

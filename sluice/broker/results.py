@@ -6,7 +6,8 @@
 - `csv`: opencsv's quoting (only fields with `"`, `,` or a line break are quoted, quotes doubled), an empty line at
   the end, and a row of one empty field written as `""` so that it is not mistaken for that end (`text/csv`).
 
-Numbers are written as Java writes them (`1.0E7`, not `10000000.0`), timestamps as ISO `2015-09-12T00:47:53.259Z`.
+Numbers are written as Java writes them (`1.0E7`, not `10000000.0`), timestamps as ISO `2015-09-12T00:47:53.259Z`
+(with the offset of the query's sqlTimeZone, `2015-09-11T17:47:53.259-07:00`, when the result carries one).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from decimal import Decimal
 from typing import Any
 
 from sluice.broker.engine import QueryResult
-from sluice.broker.sql import SqlError
+from sluice.broker.errors import SqlError
 
 RESULT_FORMATS = ("object", "array", "objectLines", "arrayLines", "csv")
 
@@ -31,9 +32,13 @@ _Writer = Callable[[list[str], _Header, list[list[Any]]], str]
 
 
 def render(
-    result: QueryResult, result_format: str, header: bool, types_header: bool, sql_types_header: bool
+    result: QueryResult, result_format: str, header: bool, types_header: bool, sql_types_header: bool,
+    *, stringify_arrays: bool = False,
 ) -> tuple[bytes, str]:
-    """The response body and its media type. Type header rows are only written along with the `header` row."""
+    """The response body and its media type. Type header rows are only written along with the `header` row.
+
+    `stringify_arrays` is Druid's sqlStringifyArrays (true by default over HTTP): arrays are written as JSON text.
+    """
     if result_format not in _WRITERS:
         raise SqlError(f"Unknown resultFormat '{result_format}', expected one of {', '.join(RESULT_FORMATS)}")
     write, media_type = _WRITERS[result_format]
@@ -42,20 +47,34 @@ def render(
         head = [("name", result.columns)]
         head += [("type", result.druid_types)] * types_header + [("sqlType", result.sql_types)] * sql_types_header
     rows = [[_plain(value, kind) for value, kind in zip(row, result.druid_types)] for row in result.rows]
+    if stringify_arrays:
+        rows = [[_json(value) if isinstance(value, list) else value for value in row] for row in rows]
     return write(result.columns, head, rows).encode(), media_type
 
 
 def _plain(value: Any, druid_type: str) -> Any:
     """A value as Druid hands it to its writers: timestamps as ISO text, floats in Java's notation (`_JavaNumber`)."""
     if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+        return value.replace(tzinfo=None).isoformat(timespec="milliseconds") + _offset(value)
     if isinstance(value, date):
-        return value.strftime("%Y-%m-%dT00:00:00.000Z")
+        return value.isoformat() + "T00:00:00.000Z"
     if isinstance(value, float):
+        if druid_type != "FLOAT" and (value == 0 or 1e-3 <= abs(value) < 1e7):
+            return value  # Python's repr writes these doubles exactly as Java does
         return _JavaNumber(value, single=druid_type == "FLOAT")
     if isinstance(value, list):
         return [_plain(v, druid_type) for v in value]
     return value
+
+
+def _offset(value: datetime) -> str:
+    """Joda's ISO offset: `Z` for UTC (and naive UTC values), else `+hh:mm` / `-hh:mm`."""
+    offset = value.utcoffset()
+    if not offset:
+        return "Z"
+    minutes = int(offset.total_seconds()) // 60
+    sign = "-" if minutes < 0 else "+"
+    return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
 
 
 class _JavaNumber:
@@ -107,11 +126,15 @@ def _json(value: Any) -> str:
     """Jackson's compact JSON: no spaces, non-ASCII text as is."""
     if isinstance(value, _JavaNumber):
         return value.json()
-    if isinstance(value, list):
-        return "[" + ",".join(map(_json, value)) + "]"
-    if isinstance(value, dict):
+    if isinstance(value, list | dict) and any(isinstance(v, _JavaNumber | list | dict) for v in _values(value)):
+        if isinstance(value, list):
+            return "[" + ",".join(map(_json, value)) + "]"
         return "{" + ",".join(f"{_json(str(k))}:{_json(v)}" for k, v in value.items()) + "}"
-    return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))  # the common case, in one call
+
+
+def _values(container: list | dict) -> Any:
+    return container.values() if isinstance(container, dict) else container
 
 
 def _json_values(columns: list[str], head: _Header, rows: list[list[Any]], objects: bool) -> list[str]:

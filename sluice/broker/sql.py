@@ -1,8 +1,12 @@
 """Druid SQL → DuckDB SQL, and the sandbox that decides which queries may run at all.
 
-A query is parsed with sqlglot's Druid dialect, checked (one read-only statement whose tables are known data sources
-or CTEs, no table functions, no functions outside Druid's), rewritten on the AST (Druid's time functions, Calcite's
-output names, the `druid` schema) and generated as DuckDB SQL. The text of the query is never edited.
+A query is parsed with sqlglot's Druid dialect, checked (one read-only statement whose tables are known data sources,
+system tables or CTEs, no table functions, no functions outside Druid's), rewritten on the AST (Druid's functions and
+time zone, Calcite's output names, the `druid` schema, system tables) and generated as DuckDB SQL. The query's text
+is never rewritten as text; `EXPLAIN PLAN FOR` in front of it is only blanked out before parsing.
+
+Alongside the SQL, a translation says what the query reads: which data sources, over which intervals of `__time`
+(so that the broker reads only the segments that can hold its rows), and which system tables.
 
 The generated SQL assumes the DuckDB session settings in `DUCKDB_SETTINGS`; the engine applies them.
 """
@@ -10,94 +14,87 @@ The generated SQL assumes the DuckDB session settings in `DUCKDB_SETTINGS`; the 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-TIME_COLUMN = "__time"
-DRUID_SCHEMA = "druid"
+from sluice.broker.errors import SqlError
+from sluice.broker.functions import TIME_COLUMN, DruidDialect, Session, Zone, is_druid_function, \
+    rewrite_druid_functions
+from sluice.broker.intervals import table_intervals, unite
+from sluice.broker.system_tables import DRUID_SCHEMA, SystemTable, find_system_table, is_system_schema
+from sluice.segment.segment import Interval
+
+__all__ = ["DUCKDB_SETTINGS", "TIME_COLUMN", "QueryContext", "SqlError", "Translation", "translate", "translate_query"]
 
 # Druid divides BIGINT by BIGINT as integers (5/2 = 2) and works in UTC; the DuckDB session must do the same.
 DUCKDB_SETTINGS: dict[str, Any] = {"integer_division": True, "TimeZone": "UTC"}
 
-_DRUID_EXCEPTION = "org.apache.druid.error.DruidException"
-_TIMEOUT_MESSAGE = (
-    "Query did not complete within configured timeout period. "
-    "You can increase query timeout or tune the performance of query."
-)
+DEFAULT_TIMEOUT_MS = 300_000  # Druid's druid.server.http.defaultQueryTimeout
 
 
-class SqlError(Exception):
-    """A query the user must fix or that failed; rendered as Druid's error JSON.
+@dataclass(frozen=True)
+class QueryContext:
+    """The query context keys the SQL layer honours, under Druid's names."""
 
-    The fields follow Druid ≥ 28: planning and validation failures are `druidException` / `invalidInput` (400),
-    a timeout keeps the legacy `Query timeout` code with its `errorClass` (504).
-    """
-
-    def __init__(
-        self,
-        error_message: str,
-        *,
-        status: int = 400,
-        error: str = "druidException",
-        error_code: str = "invalidInput",
-        persona: str = "USER",
-        category: str = "INVALID_INPUT",
-        error_class: str = _DRUID_EXCEPTION,
-        context: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(error_message)
-        self.status = status
-        self.error = error
-        self.error_code = error_code
-        self.persona = persona
-        self.category = category
-        self.error_message = error_message
-        self.error_class = error_class
-        self.context = context or {}
+    query_id: str | None = None  # sqlQueryId
+    session: Session = field(default_factory=Session)  # sqlTimeZone, useApproximateCountDistinct
+    timeout_ms: int = DEFAULT_TIMEOUT_MS  # timeout; 0 means none
+    outer_limit: int | None = None  # sqlOuterLimit: at most this many rows come back
+    stringify_arrays: bool = True  # sqlStringifyArrays: arrays are written as JSON text
 
     @classmethod
-    def timeout(cls) -> SqlError:
-        """The query ran past its context `timeout`."""
+    def parse(cls, context: Mapping[str, Any] | None) -> QueryContext:
+        context = context or {}
+        zone = context.get("sqlTimeZone")
+        outer_limit = _context_int(context, "sqlOuterLimit", None)
+        query_id = context.get("sqlQueryId")
         return cls(
-            _TIMEOUT_MESSAGE,
-            status=504,
-            error="Query timeout",
-            error_code="legacyQueryException",
-            persona="OPERATOR",
-            category="TIMEOUT",
-            error_class="org.apache.druid.query.QueryTimeoutException",
+            query_id=None if query_id is None else str(query_id),
+            session=Session(
+                time_zone=None if zone is None else Zone.parse(str(zone)),
+                approximate_count_distinct=_context_bool(context, "useApproximateCountDistinct", True),
+            ),
+            timeout_ms=_context_int(context, "timeout", DEFAULT_TIMEOUT_MS) or 0,
+            outer_limit=outer_limit,
+            stringify_arrays=_context_bool(context, "sqlStringifyArrays", True),
         )
 
-    @classmethod
-    def internal(cls, message: str) -> SqlError:
-        """A failure that is not the query's fault."""
-        return cls(message, status=500, error_code="general", persona="ADMIN", category="UNCATEGORIZED")
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "error": self.error,
-            "errorCode": self.error_code,
-            "persona": self.persona,
-            "category": self.category,
-            "errorMessage": self.error_message,
-            "errorClass": self.error_class,
-            "host": None,
-            "context": self.context,
-        }
+def _context_bool(context: Mapping[str, Any], key: str, default: bool) -> bool:
+    """Druid's QueryContexts.parseBoolean: a JSON boolean or the text "true"/"false"."""
+    value = context.get(key, default)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise SqlError(f"Query context parameter [{key}] must be a boolean, got {value!r}")
+
+
+def _context_int(context: Mapping[str, Any], key: str, default: int | None) -> int | None:
+    value = context.get(key, default)
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError) as e:
+        raise SqlError(f"Query context parameter [{key}] must be a number, got {value!r}") from e
 
 
 @dataclass(frozen=True)
 class Translation:
-    """A sandbox-checked query in DuckDB SQL."""
+    """A sandbox-checked query in DuckDB SQL, and what it reads."""
 
     sql: str
-    data_sources: frozenset[str]  # the data sources it reads: the engine makes views for exactly these
+    data_sources: frozenset[str]  # the engine makes views for exactly these
+    intervals: Mapping[str, list[Interval]]  # per data source: the only times the query can read
+    system_tables: frozenset[SystemTable]  # registered on the query's cursor
     parameter_count: int  # `?` placeholders, bound positionally
+    context: QueryContext
+    explain: bool = False  # EXPLAIN PLAN FOR: describe the query instead of running it
 
 
 def translate(sql: str, tables: Collection[str]) -> str:
@@ -105,27 +102,51 @@ def translate(sql: str, tables: Collection[str]) -> str:
     return translate_query(sql, tables).sql
 
 
-def translate_query(sql: str, tables: Collection[str]) -> Translation:
-    """Like `translate`, also saying which data sources and how many parameters the query uses."""
+_EXPLAIN = re.compile(r"\s*EXPLAIN\s+PLAN\s+FOR\s", re.IGNORECASE)
+
+
+def translate_query(sql: str, tables: Collection[str], context: Mapping[str, Any] | QueryContext | None = None,
+                    now: datetime | None = None) -> Translation:
+    """Like `translate`, also saying what the query reads; `now` (default: the clock) is when the query is planned."""
+    query_context = context if isinstance(context, QueryContext) else QueryContext.parse(context)
+    explain = _EXPLAIN.match(sql)
+    if explain:  # blanked rather than cut, so that error positions still point into the user's text
+        sql = re.sub(r"[^\n]", " ", sql[: explain.end()]) + sql[explain.end():]
     statement = _parse(sql)
     _check_statement(statement, sql)
-    data_sources = _check_tables(statement, sql, set(tables))
+    data_source_tables, system_tables = _check_tables(statement, sql, set(tables))
     _check_functions(statement)
+    zone = query_context.session.time_zone
+    planned = now or datetime.now(UTC)
+    intervals: dict[str, list[Interval]] = {}
+    for table in data_source_tables:
+        intervals.setdefault(table.name, []).extend(table_intervals(table, zone, planned))
     _name_projections(statement)
-    _rewrite_druid_functions(statement)
+    rewrite_druid_functions(statement, query_context.session)
+    if query_context.outer_limit is not None:
+        statement = _limit(statement, query_context.outer_limit)
     return Translation(
         sql=statement.sql(dialect="duckdb"),
-        data_sources=frozenset(data_sources),
+        data_sources=frozenset(intervals),
+        intervals={source: unite(found) for source, found in intervals.items()},
+        system_tables=frozenset(system_tables),
         parameter_count=sum(1 for _ in statement.find_all(exp.Placeholder)),
+        context=query_context,
+        explain=bool(explain),
     )
+
+
+def _limit(statement: exp.Query, limit: int) -> exp.Query:
+    """sqlOuterLimit: the outer query returns at most `limit` rows, whatever LIMIT it has itself."""
+    return exp.select(exp.Star()).from_(statement.subquery("outer_limit")).limit(limit)
 
 
 # ---------------------------------------------------------------------------------------------------------- sandbox
 
 
-def _parse(sql: str) -> exp.Expr:
+def _parse(sql: str) -> exp.Query:
     try:
-        statements = [s for s in sqlglot.parse(sql, read="druid") if s is not None]
+        statements = [s for s in sqlglot.parse(sql, read=DruidDialect) if s is not None]
     except ParseError as e:
         detail = e.errors[0] if e.errors else {}
         line, column = detail.get("line"), detail.get("col")
@@ -144,20 +165,22 @@ def _parse(sql: str) -> exp.Expr:
 
 def _check_statement(statement: exp.Expr, sql: str) -> None:
     """Only reads: SELECT, WITH … SELECT and set operations, and nothing that writes or configures inside them."""
-    if isinstance(statement, exp.Command) and statement.name.upper() == "EXPLAIN":
-        raise SqlError("EXPLAIN PLAN FOR is not supported yet")
     if not isinstance(statement, exp.Query):
         # sqlglot parses some statements it does not know oddly (INSTALL x as an alias); the first keyword is exact.
-        keyword = sqlglot.Dialect.get_or_raise("druid").tokenize(sql)[0].text.upper()
+        keyword = DruidDialect().tokenize(sql)[0].text.upper()
         raise SqlError(f"Only SELECT queries are allowed, not {keyword}")
     for node in statement.walk():
         if isinstance(node, (exp.DML, exp.DDL, exp.Command)):
             raise SqlError(f"Only SELECT queries are allowed, not {node.key.upper()}")
 
 
-def _check_tables(statement: exp.Expr, sql: str, data_sources: set[str]) -> set[str]:
-    """Every table is a known data source (optionally `druid.`) or a CTE in scope; returns the data sources."""
-    used = set()
+def _check_tables(statement: exp.Expr, sql: str, data_sources: set[str]) -> tuple[list[exp.Table], set[SystemTable]]:
+    """Every table is a known data source (optionally `druid.`), a system table or a CTE in scope.
+
+    Returns the references to data sources and the system tables read; system tables are renamed to the relations
+    the engine registers for them.
+    """
+    sources, system = [], set()
     for table in list(statement.find_all(exp.Table)):
         name = table.this
         if not isinstance(name, exp.Identifier):
@@ -165,24 +188,35 @@ def _check_tables(statement: exp.Expr, sql: str, data_sources: set[str]) -> set[
         where = _Span.of(name, sql)
         if where.text.startswith("'"):
             raise SqlError(f"A string literal is not a table, use a data source name instead of {where.text}")
-        schema = table.args.get("db")
-        if table.args.get("catalog") or (schema and schema.name != DRUID_SCHEMA):
-            _reject_schema(table.args.get("catalog") or schema, sql)
+        schema, catalog = table.args.get("db"), table.args.get("catalog")
+        if catalog:
+            raise SqlError(f"Object '{catalog.name}' not found{_Span.of(catalog, sql).suffix}")
+        if schema and schema.name != DRUID_SCHEMA:
+            system.add(_system_table(table, schema, sql))
+            continue
         if not schema and table.name in _ctes_in_scope(table):
             continue
         if table.name not in data_sources:
             within = f" within '{DRUID_SCHEMA}'" if schema else ""
             raise SqlError(f"Object '{table.name}' not found{within}{where.suffix}", context=where.context)
         table.set("db", None)
-        used.add(table.name)
-    return used
+        sources.append(table)
+    return sources, system
 
 
-def _reject_schema(schema: exp.Identifier, sql: str) -> None:
-    where = _Span.of(schema, sql)
-    if schema.name.upper() in ("INFORMATION_SCHEMA", "SYS"):
-        raise SqlError(f"System tables ({schema.name}) are not supported yet{where.suffix}", context=where.context)
-    raise SqlError(f"Object '{schema.name}' not found{where.suffix}", context=where.context)
+def _system_table(table: exp.Table, schema: exp.Identifier, sql: str) -> SystemTable:
+    """Resolves `INFORMATION_SCHEMA.X` / `sys.x`, keeping the table's name usable as a qualifier in the query."""
+    found = find_system_table(schema.name, table.name)
+    if found is None:
+        where = _Span.of(table.this if is_system_schema(schema.name) else schema, sql)
+        missing = f"'{table.name}' not found within '{schema.name}'" if is_system_schema(schema.name) \
+            else f"'{schema.name}' not found"
+        raise SqlError(f"Object {missing}{where.suffix}", context=where.context)
+    if not table.alias:
+        table.set("alias", exp.TableAlias(this=exp.to_identifier(table.name, quoted=True)))
+    table.set("db", None)
+    table.set("this", exp.to_identifier(found.relation, quoted=True))
+    return found
 
 
 def _ctes_in_scope(table: exp.Table) -> set[str]:
@@ -205,11 +239,9 @@ _FILE_FUNCTIONS = (exp.ReadCSV, exp.ReadParquet)
 
 
 def _check_functions(statement: exp.Expr) -> None:
-    """Functions are Druid's: sqlglot's typed functions or those in `_DRUID_FUNCTIONS`, never DuckDB's extras."""
+    """Functions are Druid's: sqlglot's typed functions or Druid's own, never DuckDB's extras."""
     for func in statement.find_all(exp.Func):
-        if isinstance(func, _FILE_FUNCTIONS) or (
-            isinstance(func, exp.Anonymous) and func.name.upper() not in _DRUID_FUNCTIONS
-        ):
+        if isinstance(func, _FILE_FUNCTIONS) or (isinstance(func, exp.Anonymous) and not is_druid_function(func.name)):
             name = func.name if isinstance(func, exp.Anonymous) else func.sql_name()
             raise SqlError(f"No match found for function signature {name}(...)")
 
@@ -260,253 +292,3 @@ def _name_projections(statement: exp.Expr) -> None:
         for position, projection in enumerate(select.expressions):
             if not isinstance(projection, (exp.Alias, exp.Column, exp.Star)):
                 projection.replace(exp.alias_(projection.copy(), f"EXPR${position}", quoted=True))
-
-
-def _rewrite_druid_functions(statement: exp.Expr) -> None:
-    # Children first, so that a Druid function nested in another one's arguments is rewritten too.
-    for node in reversed(list(statement.dfs())):
-        rewritten = _rewrite(node)
-        if rewritten is not node:
-            node.replace(rewritten)
-
-
-def _rewrite(node: exp.Expr) -> exp.Expr:
-    if isinstance(node, exp.Anonymous):
-        return _DRUID_FUNCTIONS[node.name.upper()].build(_Call(node.name.upper(), list(node.expressions)))
-    if isinstance(node, exp.Floor) and node.args.get("to"):
-        return _floor_to(node.this, _unit(node.args["to"].name))
-    if isinstance(node, exp.Ceil) and node.args.get("to"):
-        unit = _unit(node.args["to"].name)
-        step = exp.Interval(this=exp.Literal.string("1"), unit=exp.var(unit))
-        return _ceil(node.this, _floor_to(node.this, unit), step)
-    if isinstance(node, exp.Extract):
-        return _extract(node.name.upper(), node.expression)
-    if isinstance(node, exp.CurrentTimestamp):
-        # DuckDB's is TIMESTAMPTZ; Druid's is a TIMESTAMP in UTC, comparable with __time as it is.
-        return exp.cast(exp.CurrentTimestamp(), exp.DType.TIMESTAMP)
-    return node
-
-
-_FLOOR_UNITS = ("SECOND", "MINUTE", "HOUR", "DAY", "WEEK", "MONTH", "QUARTER", "YEAR")
-
-
-def _unit(unit: str) -> str:
-    if unit.upper() not in _FLOOR_UNITS:
-        raise SqlError(f"Unsupported time unit {unit}, expected one of {', '.join(_FLOOR_UNITS)}")
-    return unit.upper()
-
-
-def _floor_to(ts: exp.Expr, unit: str) -> exp.Expr:
-    return exp.TimestampTrunc(this=ts.copy(), unit=exp.var(unit))
-
-
-def _ceil(ts: exp.Expr, floored: exp.Expr, step: exp.Expr) -> exp.Expr:
-    """Druid's ceiling: the time itself when it is on a boundary, else the next boundary."""
-    on_boundary = exp.EQ(this=floored.copy(), expression=ts.copy())
-    return exp.case().when(on_boundary, ts.copy()).else_(exp.Add(this=floored, expression=step))
-
-
-def _extract(unit: str, ts: exp.Expr) -> exp.Expr:
-    if unit == "EPOCH":  # whole seconds, as a LONG
-        return exp.Div(this=exp.UnixMillis(this=ts.copy()), expression=exp.Literal.number(1000))
-    # Druid's DOW is Joda's day of week, Monday = 1 … Sunday = 7.
-    return exp.Extract(this=exp.var("ISODOW" if unit == "DOW" else unit), expression=ts.copy())
-
-
-# ------------------------------------------------------------------------------------------ Druid's own functions
-
-
-@dataclass(frozen=True)
-class _Call:
-    """The arguments of one call of a Druid function, with the checks Druid makes on its literal arguments."""
-
-    name: str
-    args: list[exp.Expr]
-
-    def arg(self, i: int) -> exp.Expr | None:
-        """Argument i, or None when absent or NULL (Druid's way to skip an optional argument)."""
-        if i >= len(self.args) or isinstance(self.args[i], exp.Null):
-            return None
-        return self.args[i]
-
-    def literal(self, i: int, what: str) -> str | None:
-        value = self.arg(i)
-        if value is None:
-            return None
-        if not (isinstance(value, exp.Literal) and value.is_string):
-            raise SqlError(f"{self.name} needs {what} as a string literal, got {value.sql(dialect='druid')}")
-        return value.name
-
-
-@dataclass(frozen=True)
-class _DruidFunction:
-    min_args: int
-    max_args: int
-    rewrite: Callable[[_Call], exp.Expr]
-
-    def build(self, call: _Call) -> exp.Expr:
-        if not self.min_args <= len(call.args) <= self.max_args:
-            expected = f"{self.min_args}" if self.min_args == self.max_args else f"{self.min_args} to {self.max_args}"
-            raise SqlError(f"Function {call.name} takes {expected} arguments, got {len(call.args)}")
-        return self.rewrite(call)
-
-
-def _to_local(ts: exp.Expr, zone: str | None) -> exp.Expr:
-    """A UTC TIMESTAMP as wall-clock time in `zone` (Druid's timezone argument)."""
-    if zone is None:
-        return ts.copy()
-    at_utc = exp.AtTimeZone(this=ts.copy(), zone=exp.Literal.string("UTC"))
-    return exp.AtTimeZone(this=at_utc, zone=exp.Literal.string(zone))
-
-
-def _from_local(ts: exp.Expr, zone: str | None) -> exp.Expr:
-    """Wall-clock time in `zone` back to a UTC TIMESTAMP."""
-    if zone is None:
-        return ts
-    return exp.cast(exp.AtTimeZone(this=ts, zone=exp.Literal.string(zone)), exp.DType.TIMESTAMP)
-
-
-_PERIOD = re.compile(
-    r"P(?:(?P<years>\d+)Y)?(?:(?P<months>\d+)M)?(?:(?P<weeks>\d+)W)?(?:(?P<days>\d+)D)?"
-    r"(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?"
-)
-
-
-@dataclass(frozen=True)
-class _Period:
-    """An ISO-8601 period such as PT15M or P1W, as Druid's granularities use them."""
-
-    parts: dict[str, str]
-
-    @classmethod
-    def parse(cls, text: str) -> _Period:
-        match = _PERIOD.fullmatch(text.upper())
-        parts = {unit: n for unit, n in match.groupdict().items() if n} if match else {}
-        if not parts:
-            raise SqlError(f"Invalid period '{text}', expected an ISO-8601 period such as PT1H, P1D or P1M")
-        return cls(parts)
-
-    def interval(self) -> exp.Expr:
-        return exp.Interval(this=exp.Literal.string(" ".join(f"{n} {unit}" for unit, n in self.parts.items())))
-
-    def default_origin(self) -> exp.Expr:
-        """Druid counts periods from the epoch, except that a single week starts on Monday."""
-        origin = "1970-01-05" if self.parts == {"weeks": "1"} else "1970-01-01"
-        return exp.cast(exp.Literal.string(origin), exp.DType.TIMESTAMP)
-
-
-def _period(call: _Call) -> _Period:
-    """The period of TIME_FLOOR, TIME_CEIL and TIME_SHIFT: always their second argument."""
-    return _Period.parse(call.literal(1, "the period") or "")
-
-
-def _time_floor_local(call: _Call) -> exp.Expr:
-    """TIME_FLOOR's bucket start in the call's time zone (wall-clock time)."""
-    period = _period(call)
-    zone = call.literal(3, "the time zone")
-    origin = call.arg(2)
-    origin = _to_local(origin, zone) if origin is not None else period.default_origin()
-    return exp.Anonymous(this="TIME_BUCKET", expressions=[period.interval(), _to_local(call.args[0], zone), origin])
-
-
-def _time_floor(call: _Call) -> exp.Expr:
-    return _from_local(_time_floor_local(call), call.literal(3, "the time zone"))
-
-
-def _time_ceil(call: _Call) -> exp.Expr:
-    zone = call.literal(3, "the time zone")
-    step = _period(call).interval()
-    return _from_local(_ceil(_to_local(call.args[0], zone), _time_floor_local(call), step), zone)
-
-
-def _time_shift(call: _Call) -> exp.Expr:
-    zone = call.literal(3, "the time zone")
-    shift = exp.Mul(this=_period(call).interval(), expression=call.args[2].copy())
-    return _from_local(exp.Add(this=_to_local(call.args[0], zone), expression=shift), zone)
-
-
-def _time_extract(call: _Call) -> exp.Expr:
-    unit = (call.literal(1, "the unit") or "").upper()
-    return _extract(unit, _to_local(call.args[0], call.literal(2, "the time zone")))
-
-
-_ISO_FORMAT = "%Y-%m-%dT%H:%M:%S.%gZ"
-
-
-def _time_format(call: _Call) -> exp.Expr:
-    pattern, zone = call.literal(1, "the format"), call.literal(2, "the time zone")
-    if pattern is None and zone is not None:
-        raise SqlError("TIME_FORMAT with a time zone needs a format pattern")
-    duckdb_format = _ISO_FORMAT if pattern is None else joda_to_strftime(pattern)
-    return exp.Anonymous(
-        this="STRFTIME", expressions=[_to_local(call.args[0], zone), exp.Literal.string(duckdb_format)]
-    )
-
-
-def _time_parse(call: _Call) -> exp.Expr:
-    """NULL when the text does not parse, as in Druid. Without a pattern, ISO-8601 with an optional offset."""
-    text, pattern, zone = call.args[0].copy(), call.literal(1, "the format"), call.literal(2, "the time zone")
-    if pattern is not None:
-        parsed = exp.Anonymous(this="TRY_STRPTIME", expressions=[text, exp.Literal.string(joda_to_strftime(pattern))])
-        return _from_local(parsed, zone)
-    if zone is not None:
-        return _from_local(exp.TryCast(this=text, to=exp.DataType.build("TIMESTAMP")), zone)
-    return exp.cast(exp.TryCast(this=text, to=exp.DataType.build("TIMESTAMPTZ")), exp.DType.TIMESTAMP)
-
-
-_DRUID_FUNCTIONS: dict[str, _DruidFunction] = {
-    "TIME_FLOOR": _DruidFunction(2, 4, _time_floor),
-    "TIME_CEIL": _DruidFunction(2, 4, _time_ceil),
-    "TIME_SHIFT": _DruidFunction(3, 4, _time_shift),
-    "TIME_EXTRACT": _DruidFunction(2, 3, _time_extract),
-    "TIME_FORMAT": _DruidFunction(1, 3, _time_format),
-    "TIME_PARSE": _DruidFunction(1, 3, _time_parse),
-    "MILLIS_TO_TIMESTAMP": _DruidFunction(
-        1, 1, lambda call: exp.UnixToTime(this=call.args[0].copy(), scale=exp.UnixToTime.MILLIS)
-    ),
-    "TIMESTAMP_TO_MILLIS": _DruidFunction(1, 1, lambda call: exp.UnixMillis(this=call.args[0].copy())),
-    "STRLEN": _DruidFunction(1, 1, lambda call: exp.Length(this=call.args[0].copy())),
-}
-
-
-# Joda pattern letter → DuckDB strftime code by run length (the last entry serves longer runs); None: unsupported.
-_JODA_FIELDS: dict[str, tuple[str | None, ...]] = {
-    "y": ("%Y", "%y", "%Y"),
-    "Y": ("%Y", "%y", "%Y"),
-    "M": ("%-m", "%m", "%b", "%B"),
-    "d": ("%-d", "%d"),
-    "D": ("%-j", "%j", "%j"),
-    "H": ("%-H", "%H"),
-    "h": ("%-I", "%I"),
-    "m": ("%-M", "%M"),
-    "s": ("%-S", "%S"),
-    "S": (None, None, "%g", None, None, "%f", None),
-    "a": ("%p",),
-    "E": ("%a", "%a", "%a", "%A"),
-}
-_JODA_TOKEN = re.compile(r"'((?:[^']|'')*)'|([A-Za-z])\2*|[^A-Za-z']+|'")
-
-
-def joda_to_strftime(pattern: str) -> str:
-    """A Joda-Time pattern (Druid's TIME_FORMAT / TIME_PARSE) as a DuckDB strftime format.
-
-    >>> joda_to_strftime("yyyy-MM-dd'T'HH:mm")
-    '%Y-%m-%dT%H:%M'
-    """
-    out = []
-    for token in _JODA_TOKEN.finditer(pattern):
-        quoted, letter, text = token.group(1), token.group(2), token.group(0)
-        if quoted is not None:
-            # '' alone is a literal quote; inside quotes it is an escaped one.
-            out.append((quoted.replace("''", "'") or "'").replace("%", "%%"))
-        elif letter is not None:
-            codes = _JODA_FIELDS.get(letter, (None,))
-            code = codes[min(len(text), len(codes)) - 1]
-            if code is None:
-                raise SqlError(f"Unsupported Joda pattern field '{text}' in '{pattern}'")
-            out.append(code)
-        elif text == "'":
-            raise SqlError(f"Unterminated quote in Joda pattern '{pattern}'")
-        else:
-            out.append(text.replace("%", "%%"))
-    return "".join(out)

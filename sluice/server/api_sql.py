@@ -1,4 +1,4 @@
-"""Druid's SQL API: POST /druid/v2/sql."""
+"""Druid's SQL API: POST /druid/v2/sql, and DELETE /druid/v2/sql/{sqlQueryId} to cancel a running query."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from fastapi.responses import JSONResponse, Response
 
 from sluice.broker.broker import Broker
 from sluice.broker.results import RESULT_FORMATS, render
-from sluice.broker.sql import SqlError
+from sluice.broker.sql import QueryContext, SqlError
+
+_QUERY_ID_HEADER = "X-Druid-SQL-Query-Id"
 
 
 def _bad_request(message: str) -> JSONResponse:
@@ -44,17 +46,27 @@ def sql_router(broker: Broker) -> APIRouter:
         if result_format not in RESULT_FORMATS:
             return _bad_request(f"resultFormat [{result_format}] is not one of {', '.join(RESULT_FORMATS)}")
         context = payload.get("context") or {}
+        if not isinstance(context, dict):
+            return _bad_request("the query \"context\" must be a JSON object")
+        # The query id is known before the query runs, so that DELETE can cancel it while it does.
         query_id = str(context.get("sqlQueryId") or uuid.uuid4())
+        headers = {_QUERY_ID_HEADER: query_id}
         try:
-            result = await run_in_threadpool(broker.sql, payload["query"], payload.get("parameters") or [], context)
+            result = await run_in_threadpool(
+                broker.sql, payload["query"], payload.get("parameters") or [], {**context, "sqlQueryId": query_id})
+            header = bool(payload.get("header"))
+            content, media_type = render(result, result_format, header, bool(payload.get("typesHeader")),
+                                         bool(payload.get("sqlTypesHeader")),
+                                         stringify_arrays=QueryContext.parse(context).stringify_arrays)
         except SqlError as error:
-            return JSONResponse(error.to_json(), status_code=error.status, headers={"X-Druid-SQL-Query-Id": query_id})
-        header = bool(payload.get("header"))
-        content, media_type = render(result, result_format, header, bool(payload.get("typesHeader")),
-                                     bool(payload.get("sqlTypesHeader")))
-        headers = {"X-Druid-SQL-Query-Id": query_id}
+            return JSONResponse(error.to_json(), status_code=error.status, headers=headers)
         if header:
             headers["X-Druid-SQL-Header-Included"] = "yes"
         return Response(content, media_type=media_type, headers=headers)
+
+    @router.delete("/druid/v2/sql/{query_id}")
+    def cancel(query_id: str) -> Response:
+        """Druid: 202 with an empty body once the query is told to stop, 404 when no such query runs."""
+        return Response(status_code=202 if broker.cancel(query_id) else 404)
 
     return router

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import duckdb
 import pyarrow as pa
@@ -106,3 +108,79 @@ def test_result_types_are_druids() -> None:
         ("LONG", "TIMESTAMP"),
     ]
     assert result.rows[0][1] == 1.5 and isinstance(result.rows[0][1], float)
+
+
+SLOW = "SELECT COUNT(*) FROM t AS a, t AS b, t AS c WHERE MOD(a.n * b.n + c.n, 7919) = 7918"
+
+
+def test_a_running_query_is_cancelled_by_its_sql_query_id(segment: str) -> None:
+    engine = SqlEngine(threads=1)
+    outcome: list[Exception] = []
+
+    def run() -> None:
+        try:
+            engine.execute(SLOW, {"t": [segment]}, context={"sqlQueryId": "q-7", "timeout": 60_000})
+        except SqlError as error:
+            outcome.append(error)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    deadline = time.monotonic() + 10
+    while not engine.cancel("q-7") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    worker.join(10)
+    assert not worker.is_alive()
+    (error,) = outcome
+    assert (error.status, error.error, error.category, error.error_message) == (
+        500, "Query cancelled", "CANCELED", "Query [q-7] was cancelled")
+    assert error.error_class == "org.apache.druid.query.QueryInterruptedException"
+    assert not engine.cancel("q-7")
+
+
+def test_a_result_larger_than_the_row_limit_is_refused(segment: str) -> None:
+    engine = SqlEngine(threads=1, max_result_rows=100)
+    assert len(engine.execute("SELECT n FROM t LIMIT 100", {"t": [segment]}).rows) == 100
+    with pytest.raises(SqlError) as caught:
+        engine.execute("SELECT n FROM t", {"t": [segment]})
+    assert (caught.value.status, caught.value.error) == (400, "Resource limit exceeded")
+    assert caught.value.error_message.startswith("Query returned more than the 100 rows a query may return")
+
+
+def test_a_query_over_the_memory_limit_is_refused(segment: str) -> None:
+    engine = SqlEngine(threads=1, memory_limit="10MB")
+    with pytest.raises(SqlError) as caught:
+        engine.execute("SELECT a.n, LIST(b.n) FROM t a, t b GROUP BY a.n", {"t": [segment]})
+    assert (caught.value.status, caught.value.error) == (400, "Resource limit exceeded")
+    assert "memory" in caught.value.error_message
+
+
+def test_the_kept_database_of_a_file_set_stays_locked_down(segment: str, tmp_path: Path) -> None:
+    engine = SqlEngine(threads=1)
+    assert engine.execute("SELECT COUNT(*) FROM t", {"t": [segment]}).rows == [(3000,)]
+    cursor = engine._cursor({"t": [segment]})  # noqa: SLF001 - the database the next query of this file set uses
+    with pytest.raises(duckdb.PermissionException):
+        cursor.execute(f"COPY (SELECT 1) TO '{tmp_path / 'out.csv'}'")
+    with pytest.raises(duckdb.InvalidInputException, match="locked"):
+        cursor.execute("SET enable_external_access = true")
+    assert engine.execute("SELECT MAX(n) FROM t", {"t": [segment]}).rows == [(2999,)]
+
+
+def test_timestamps_come_back_in_the_session_time_zone(segment: str) -> None:
+    result = SqlEngine(threads=1).execute("SELECT MIN(__time), CAST(MIN(__time) AS DATE) FROM t", {"t": [segment]},
+                                          context={"sqlTimeZone": "Asia/Tokyo"})
+    tokyo = ZoneInfo("Asia/Tokyo")
+    assert result.rows == [(datetime(2024, 1, 1, 9, tzinfo=tokyo), datetime(2024, 1, 1, tzinfo=tokyo))]
+    assert result.sql_types == ["TIMESTAMP", "DATE"]
+
+
+def test_files_storing_time_without_a_zone_read_the_same(tmp_path: Path) -> None:
+    """Segments that store `__time` as a plain TIMESTAMP (no UTC adjustment) need no conversion in the view."""
+    naive = str(tmp_path / "naive.parquet")
+    moments = [datetime(2024, 1, 1, 0, 0, s) for s in range(3)]
+    pq.write_table(pa.table({"__time": pa.array(moments, pa.timestamp("ms")), "n": [1, 2, 3]}), naive)
+    adjusted = str(tmp_path / "adjusted.parquet")
+    later = [datetime(2024, 1, 2, tzinfo=UTC)]
+    pq.write_table(pa.table({"__time": pa.array(later, pa.timestamp("ms", tz="UTC")), "n": [4]}), adjusted)
+    result = SqlEngine(threads=1).execute("SELECT __time, n FROM t ORDER BY n", {"t": [naive, adjusted]})
+    assert result.rows == [*zip(moments, [1, 2, 3]), (datetime(2024, 1, 2), 4)]
+    assert result.sql_types == ["TIMESTAMP", "BIGINT"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import date, datetime
+from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import given
@@ -150,3 +151,27 @@ def test_every_double_reads_back_and_uses_java_notation(value: float) -> None:
     assert float(text) == value
     assert ("E" in text) == (value != 0 and not 1e-3 <= abs(value) < 1e7)
     assert "." in text.split("E")[0]
+
+
+def test_timestamps_in_a_session_time_zone_carry_its_offset() -> None:
+    la, kolkata = ZoneInfo("America/Los_Angeles"), ZoneInfo("Asia/Kolkata")
+    result = QueryResult(
+        ["t", "d"], ["LONG", "LONG"], ["TIMESTAMP", "DATE"],
+        [(datetime(2015, 9, 11, 17, 47, 53, 259000, tzinfo=la), datetime(2015, 9, 12, tzinfo=kolkata)),
+         (datetime(2015, 12, 1, tzinfo=ZoneInfo("Europe/London")), datetime(2015, 1, 1, tzinfo=la))],
+    )
+    assert body(result, "array") == (
+        '[["2015-09-11T17:47:53.259-07:00","2015-09-12T00:00:00.000+05:30"],'
+        '["2015-12-01T00:00:00.000Z","2015-01-01T00:00:00.000-08:00"]]\n'
+    )
+
+
+def test_arrays_are_json_text_when_stringified() -> None:
+    result = QueryResult(["tags", "sizes"], ["ARRAY<STRING>", "ARRAY<DOUBLE>"], ["ARRAY", "ARRAY"],
+                         [(["a", None], [1e7, 0.5])])
+    assert render(result, "object", False, False, False, stringify_arrays=True)[0].decode() == (
+        '[{"tags":"[\\"a\\",null]","sizes":"[1.0E7,0.5]"}]\n'
+    )
+    assert render(result, "csv", False, False, False, stringify_arrays=True)[0].decode() == (
+        '"[""a"",null]","[1.0E7,0.5]"\n\n'
+    )

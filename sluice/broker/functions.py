@@ -1,0 +1,508 @@
+"""Druid SQL's functions and time semantics as DuckDB expressions, rewritten on the sqlglot AST.
+
+Druid computes in UTC unless the query context's `sqlTimeZone` says otherwise; then timestamp literals, the calendar
+functions (FLOOR/CEIL TO, EXTRACT, TIME_FLOOR…, TIMESTAMPADD/DIFF) and the output of timestamps follow that zone. The
+DuckDB session itself always stays in UTC: a zone shows up only as explicit `AT TIME ZONE` conversions, so that a
+query in UTC (nearly all of them) pays nothing for zones.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, timedelta, timezone, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.dialects.druid import Druid
+
+from sluice.broker.errors import SqlError
+from sluice.segment.segment import Interval
+
+TIME_COLUMN = "__time"
+
+
+class DruidDialect(Druid):
+    """sqlglot's Druid dialect, except that functions whose Druid arguments sqlglot's parser rejects or reads in
+    another meaning (ANY_VALUE(expr, maxBytes), ARRAY_AGG(expr, size), TIMESTAMPDIFF(unit, t1, t2)…) stay plain
+    calls, rewritten here with Druid's meaning."""
+
+    class Parser(Druid.Parser):
+        FUNCTIONS = {
+            name: build
+            for name, build in Druid.Parser.FUNCTIONS.items()
+            if name not in ("ANY_VALUE", "ARRAY_AGG", "APPROX_QUANTILE", "TIMESTAMPDIFF")
+        }
+
+
+# ------------------------------------------------------------------------------------------------------ time zones
+
+
+@dataclass(frozen=True)
+class Zone:
+    """A Druid time zone (`America/Los_Angeles`, or an offset such as `-08:00`), named as DuckDB's ICU knows it."""
+
+    name: str
+    tzinfo: tzinfo
+
+    @classmethod
+    def parse(cls, text: str) -> Zone | None:
+        """None for UTC, which needs no conversion anywhere."""
+        if text.upper() in _UTC_NAMES:
+            return None
+        offset = re.fullmatch(r"([+-])(\d{2}):?(\d{2})", text)
+        if offset:
+            sign, hours, minutes = offset.groups()
+            delta = timedelta(hours=int(hours), minutes=int(minutes))
+            return cls(f"GMT{sign}{hours}:{minutes}", timezone(-delta if sign == "-" else delta))
+        try:
+            return cls(text, ZoneInfo(text))
+        except (ZoneInfoNotFoundError, ValueError) as e:
+            raise SqlError(f"Invalid time zone [{text}]: expected a zone name such as America/Los_Angeles "
+                           "or an offset such as -08:00") from e
+
+
+_UTC_NAMES = {"UTC", "Z", "ETC/UTC", "+00:00", "-00:00", "+0000", "-0000"}
+
+
+@dataclass(frozen=True)
+class Session:
+    """What the query context changes in a translation (the part of Druid's PlannerContext that Sluice uses)."""
+
+    time_zone: Zone | None = None  # sqlTimeZone; None is UTC
+    approximate_count_distinct: bool = True  # useApproximateCountDistinct
+
+
+def to_local(ts: exp.Expr, zone: Zone | None) -> exp.Expr:
+    """A UTC TIMESTAMP as wall-clock time in `zone`."""
+    if zone is None:
+        return ts.copy()
+    at_utc = exp.AtTimeZone(this=ts.copy(), zone=exp.Literal.string("UTC"))
+    return exp.AtTimeZone(this=at_utc, zone=exp.Literal.string(zone.name))
+
+
+def from_local(ts: exp.Expr, zone: Zone | None) -> exp.Expr:
+    """Wall-clock time in `zone` back to a UTC TIMESTAMP."""
+    if zone is None:
+        return ts
+    return exp.cast(exp.AtTimeZone(this=ts, zone=exp.Literal.string(zone.name)), exp.DType.TIMESTAMP)
+
+
+# -------------------------------------------------------------------------------------------------------- rewriting
+
+
+def rewrite_druid_functions(statement: exp.Expr, session: Session) -> None:
+    """Druid's functions, literals and comparisons on `__time` in `statement` as DuckDB's, in place."""
+    # Children first, so that a Druid function nested in another one's arguments is rewritten too.
+    for node in reversed(list(statement.dfs())):
+        rewritten = _rewrite(node, session)
+        if rewritten is not node:
+            node.replace(rewritten)
+
+
+def is_druid_function(name: str) -> bool:
+    return name.upper() in _DRUID_FUNCTIONS
+
+
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+
+
+def _rewrite(node: exp.Expr, session: Session) -> exp.Expr:
+    zone = session.time_zone
+    if isinstance(node, exp.Anonymous):
+        name = node.name.upper()
+        return _DRUID_FUNCTIONS[name].build(_Call(name, list(node.expressions), zone))
+    if isinstance(node, exp.Floor) and node.args.get("to"):
+        return from_local(_floor_to(to_local(node.this, zone), _unit(node.args["to"].name)), zone)
+    if isinstance(node, exp.Ceil) and node.args.get("to"):
+        unit = _unit(node.args["to"].name)
+        local = to_local(node.this, zone)
+        return from_local(_ceil(local, _floor_to(local, unit), _interval(unit)), zone)
+    if isinstance(node, exp.Extract):
+        return _extract(node.name.upper(), to_local(node.expression, zone))
+    if isinstance(node, exp.CurrentTimestamp):
+        # DuckDB's is TIMESTAMPTZ; Druid's is a TIMESTAMP in UTC, comparable with __time as it is.
+        return exp.cast(exp.CurrentTimestamp(), exp.DType.TIMESTAMP)
+    if isinstance(node, exp.CurrentDate) and zone is not None:
+        return exp.cast(to_local(exp.cast(exp.CurrentTimestamp(), exp.DType.TIMESTAMP), zone), exp.DType.DATE)
+    if isinstance(node, exp.Cast) and zone is not None and _is_timestamp_literal(node):
+        return from_local(node.copy(), zone)
+    if isinstance(node, _COMPARISONS) and zone is not None:
+        return _compare_time_with_text(node, zone)
+    if isinstance(node, exp.Count) and session.approximate_count_distinct:
+        distinct = node.this
+        if isinstance(distinct, exp.Distinct) and len(distinct.expressions) == 1:
+            return exp.ApproxDistinct(this=distinct.expressions[0].copy())
+    if isinstance(node, exp.GroupConcat):
+        return _string_agg(node)
+    return node
+
+
+def _is_timestamp_literal(cast: exp.Cast) -> bool:
+    return cast.to.is_type(exp.DType.TIMESTAMP) and isinstance(cast.this, exp.Literal) and cast.this.is_string
+
+
+def _compare_time_with_text(node: exp.Expr, zone: Zone) -> exp.Expr:
+    """`__time >= '2000-01-01'`: Druid reads the text as a timestamp in the session's zone."""
+    left, right = node.this, node.expression
+    for column, text, side in ((left, right, "expression"), (right, left, "this")):
+        if isinstance(column, exp.Column) and column.name == TIME_COLUMN and isinstance(text, exp.Literal) \
+                and text.is_string:
+            node.set(side, from_local(exp.cast(text.copy(), exp.DType.TIMESTAMP), zone))
+    return node
+
+
+def _string_agg(node: exp.GroupConcat) -> exp.Expr:
+    """STRING_AGG(expr, separator[, maxBytes]): the size is Druid's memory hint; DISTINCT values come sorted."""
+    node.set("on_overflow", None)
+    if isinstance(node.this, exp.Distinct) and len(node.this.expressions) == 1:
+        value = node.this.expressions[0]
+        node.set("this", exp.Order(this=node.this.copy(), expressions=[exp.Ordered(this=value.copy())]))
+    return node
+
+
+# ----------------------------------------------------------------------------------------------- calendar units
+
+_FLOOR_UNITS = ("SECOND", "MINUTE", "HOUR", "DAY", "WEEK", "MONTH", "QUARTER", "YEAR")
+
+
+def _unit(unit: str) -> str:
+    if unit.upper() not in _FLOOR_UNITS:
+        raise SqlError(f"Unsupported time unit {unit}, expected one of {', '.join(_FLOOR_UNITS)}")
+    return unit.upper()
+
+
+def _interval(unit: str, count: exp.Expr | None = None) -> exp.Expr:
+    """One `unit`, or `count` of them, as a DuckDB interval; a week is 7 days and a quarter 3 months, as in Calcite."""
+    size, unit = {"WEEK": (7, "DAY"), "QUARTER": (3, "MONTH")}.get(unit, (1, unit))
+    one = exp.Interval(this=exp.Literal.string(str(size)), unit=exp.var(unit))
+    return one if count is None else exp.Mul(this=exp.paren(count.copy()), expression=one)
+
+
+def _floor_to(ts: exp.Expr, unit: str) -> exp.Expr:
+    return exp.TimestampTrunc(this=ts.copy(), unit=exp.var(unit))
+
+
+def _ceil(ts: exp.Expr, floored: exp.Expr, step: exp.Expr) -> exp.Expr:
+    """Druid's ceiling: the time itself when it is on a boundary, else the next boundary."""
+    on_boundary = exp.EQ(this=floored.copy(), expression=ts.copy())
+    return exp.case().when(on_boundary, ts.copy()).else_(exp.Add(this=floored, expression=step))
+
+
+def _extract(unit: str, ts: exp.Expr) -> exp.Expr:
+    if unit == "EPOCH":  # whole seconds, as a LONG
+        return exp.Div(this=exp.UnixMillis(this=ts.copy()), expression=exp.Literal.number(1000))
+    # Druid's DOW is Joda's day of week, Monday = 1 … Sunday = 7.
+    return exp.Extract(this=exp.var("ISODOW" if unit == "DOW" else unit), expression=ts.copy())
+
+
+# ------------------------------------------------------------------------------------------ Druid's own functions
+
+
+@dataclass(frozen=True)
+class _Call:
+    """The arguments of one call of a Druid function, with the checks Druid makes on its literal arguments."""
+
+    name: str
+    args: list[exp.Expr]
+    session_zone: Zone | None
+
+    def arg(self, i: int) -> exp.Expr | None:
+        """Argument i, or None when absent or NULL (Druid's way to skip an optional argument)."""
+        if i >= len(self.args) or isinstance(self.args[i], exp.Null):
+            return None
+        return self.args[i]
+
+    def literal(self, i: int, what: str) -> str | None:
+        value = self.arg(i)
+        if value is None:
+            return None
+        if not (isinstance(value, exp.Literal) and value.is_string):
+            raise SqlError(f"{self.name} needs {what} as a string literal, got {value.sql(dialect='druid')}")
+        return value.name
+
+    def zone(self, i: int) -> Zone | None:
+        """The time zone argument i, the session's zone when it is left out."""
+        text = self.literal(i, "the time zone")
+        return self.session_zone if text is None else Zone.parse(text)
+
+    def unit(self, i: int) -> str:
+        """A time unit keyword argument (TIMESTAMPADD(HOUR, …)), which the parser reads as a column name."""
+        value = self.args[i]
+        if not isinstance(value, exp.Column | exp.Var) or value.name.upper() not in _FLOOR_UNITS:
+            raise SqlError(f"{self.name} needs a time unit ({', '.join(_FLOOR_UNITS)}) as argument {i + 1}, "
+                           f"got {value.sql(dialect='druid')}")
+        return value.name.upper()
+
+
+@dataclass(frozen=True)
+class _DruidFunction:
+    min_args: int
+    max_args: int
+    rewrite: Callable[[_Call], exp.Expr]
+
+    def build(self, call: _Call) -> exp.Expr:
+        if not self.min_args <= len(call.args) <= self.max_args:
+            expected = f"{self.min_args}" if self.min_args == self.max_args else f"{self.min_args} to {self.max_args}"
+            raise SqlError(f"Function {call.name} takes {expected} arguments, got {len(call.args)}")
+        return self.rewrite(call)
+
+
+_PERIOD = re.compile(
+    r"P(?:(?P<years>\d+)Y)?(?:(?P<months>\d+)M)?(?:(?P<weeks>\d+)W)?(?:(?P<days>\d+)D)?"
+    r"(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?"
+)
+
+
+@dataclass(frozen=True)
+class _Period:
+    """An ISO-8601 period such as PT15M or P1W, as Druid's granularities use them."""
+
+    parts: dict[str, str]
+
+    @classmethod
+    def parse(cls, text: str) -> _Period:
+        match = _PERIOD.fullmatch(text.upper())
+        parts = {unit: n for unit, n in match.groupdict().items() if n} if match else {}
+        if not parts:
+            raise SqlError(f"Invalid period '{text}', expected an ISO-8601 period such as PT1H, P1D or P1M")
+        return cls(parts)
+
+    def interval(self) -> exp.Expr:
+        return exp.Interval(this=exp.Literal.string(" ".join(f"{n} {unit}" for unit, n in self.parts.items())))
+
+    def default_origin(self) -> exp.Expr:
+        """Druid counts periods from the epoch, except that a single week starts on Monday."""
+        origin = "1970-01-05" if self.parts == {"weeks": "1"} else "1970-01-01"
+        return exp.cast(exp.Literal.string(origin), exp.DType.TIMESTAMP)
+
+
+def _period(call: _Call) -> _Period:
+    """The period of TIME_FLOOR, TIME_CEIL and TIME_SHIFT: always their second argument."""
+    return _Period.parse(call.literal(1, "the period") or "")
+
+
+def _time_floor_local(call: _Call) -> exp.Expr:
+    """TIME_FLOOR's bucket start in the call's time zone (wall-clock time)."""
+    period, zone, origin = _period(call), call.zone(3), call.arg(2)
+    origin = to_local(origin, zone) if origin is not None else period.default_origin()
+    return exp.Anonymous(this="TIME_BUCKET", expressions=[period.interval(), to_local(call.args[0], zone), origin])
+
+
+def _time_floor(call: _Call) -> exp.Expr:
+    return from_local(_time_floor_local(call), call.zone(3))
+
+
+def _time_ceil(call: _Call) -> exp.Expr:
+    zone = call.zone(3)
+    step = _period(call).interval()
+    return from_local(_ceil(to_local(call.args[0], zone), _time_floor_local(call), step), zone)
+
+
+def _time_shift(call: _Call) -> exp.Expr:
+    zone = call.zone(3)
+    shift = exp.Mul(this=_period(call).interval(), expression=call.args[2].copy())
+    return from_local(exp.Add(this=to_local(call.args[0], zone), expression=shift), zone)
+
+
+def _time_extract(call: _Call) -> exp.Expr:
+    unit = (call.literal(1, "the unit") or "").upper()
+    return _extract(unit, to_local(call.args[0], call.zone(2)))
+
+
+_ISO_FORMAT = "%Y-%m-%dT%H:%M:%S.%g"
+
+
+def _time_format(call: _Call) -> exp.Expr:
+    """Without a pattern, ISO-8601 with the zone's offset (`Z` in UTC) as Joda's ISODateTimeFormat writes it."""
+    pattern, zone = call.literal(1, "the format"), call.zone(2)
+    if pattern is None and call.arg(2) is not None:
+        raise SqlError("TIME_FORMAT with a time zone needs a format pattern")
+    local = to_local(call.args[0], zone)
+    if pattern is not None:
+        return exp.Anonymous(this="STRFTIME", expressions=[local, exp.Literal.string(joda_to_strftime(pattern))])
+    text = exp.Anonymous(this="STRFTIME", expressions=[local, exp.Literal.string(_ISO_FORMAT)])
+    return exp.DPipe(this=text, expression=_offset_text(call.args[0], zone))
+
+
+def _offset_text(ts: exp.Expr, zone: Zone | None) -> exp.Expr:
+    """`Z` where the zone's offset is zero, else `+hh:mm` / `-hh:mm`, as Joda's ISODateTimeFormat writes it."""
+    if zone is None:
+        return exp.Literal.string("Z")
+    minutes = exp.Anonymous(this="DATE_DIFF", expressions=[exp.Literal.string("minute"), ts.copy(), to_local(ts, zone)])
+    return _template(
+        "CASE WHEN m = 0 THEN 'Z' ELSE CASE WHEN m < 0 THEN '-' ELSE '+' END"
+        " || LPAD(CAST(ABS(m) // 60 AS VARCHAR), 2, '0') || ':' || LPAD(CAST(ABS(m) % 60 AS VARCHAR), 2, '0') END",
+        m=minutes,
+    )
+
+
+def _template(sql: str, **values: exp.Expr) -> exp.Expr:
+    """DuckDB SQL text whose bare names are replaced by expressions (built once per call, never from user text)."""
+    template = sqlglot.parse_one(sql, read="duckdb")
+    return template.transform(
+        lambda node: values[node.name].copy() if isinstance(node, exp.Column) and node.name in values else node)
+
+
+def _time_parse(call: _Call) -> exp.Expr:
+    """NULL when the text does not parse, as in Druid. Without a pattern, ISO-8601 with an optional offset."""
+    text, pattern, zone = call.args[0].copy(), call.literal(1, "the format"), call.zone(2)
+    if pattern is not None:
+        parsed = exp.Anonymous(this="TRY_STRPTIME", expressions=[text, exp.Literal.string(joda_to_strftime(pattern))])
+        return from_local(parsed, zone)
+    # Text with an offset is an instant whatever the zone; text without one is wall-clock time in the zone.
+    with_offset = exp.cast(exp.TryCast(this=text, to=exp.DataType.build("TIMESTAMPTZ")), exp.DType.TIMESTAMP)
+    if zone is None:
+        return with_offset
+    has_offset = exp.RegexpLike(this=text.copy(), expression=exp.Literal.string(r"(Z|[+-]\d\d(:?\d\d)?)$"))
+    wall = from_local(exp.TryCast(this=text.copy(), to=exp.DataType.build("TIMESTAMP")), zone)
+    return exp.case().when(has_offset, with_offset).else_(wall)
+
+
+def _timestamp_add(call: _Call) -> exp.Expr:
+    """TIMESTAMPADD(unit, count, ts): calendar units step in the session's zone."""
+    zone = call.session_zone
+    moved = exp.Add(this=to_local(call.args[2], zone), expression=_interval(call.unit(0), call.args[1]))
+    return from_local(moved, zone)
+
+
+def _timestamp_diff(call: _Call) -> exp.Expr:
+    """TIMESTAMPDIFF(unit, t1, t2): whole units from t1 to t2, as Calcite counts them."""
+    zone = call.session_zone
+    return exp.Anonymous(this="DATE_SUB", expressions=[
+        exp.Literal.string(call.unit(0).lower()), to_local(call.args[1], zone), to_local(call.args[2], zone)])
+
+
+def _time_in_interval(call: _Call) -> exp.Expr:
+    """TIME_IN_INTERVAL(ts, 'start/end'): the interval is half-open, in UTC unless its text says otherwise."""
+    text = call.literal(1, "the interval") or ""
+    try:
+        interval = Interval.parse(text)
+    except ValueError as e:
+        raise SqlError(f"TIME_IN_INTERVAL needs an ISO-8601 interval such as '2000-01-01/2000-01-02', got '{text}'") \
+            from e
+    bounds = [exp.cast(exp.Literal.string(t.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")), exp.DType.TIMESTAMP)
+              for t in (interval.start, interval.end)]
+    ts = call.args[0]
+    return exp.paren(exp.and_(exp.GTE(this=ts.copy(), expression=bounds[0]),
+                              exp.LT(this=ts.copy(), expression=bounds[1])))
+
+
+def _earliest_latest(by_time_argument: bool, latest: bool) -> Callable[[_Call], exp.Expr]:
+    """EARLIEST/LATEST(expr[, maxBytes]) and the _BY forms: the value of the row with the least/greatest time,
+    even when that value is null; the size argument is Druid's memory hint."""
+
+    def rewrite(call: _Call) -> exp.Expr:
+        time = call.args[1].copy() if by_time_argument else exp.column(TIME_COLUMN)
+        name = "ARG_MAX_NULL" if latest else "ARG_MIN_NULL"
+        return exp.Anonymous(this=name, expressions=[call.args[0].copy(), time])
+
+    return rewrite
+
+
+def _array_agg(call: _Call) -> exp.Expr:
+    """ARRAY_AGG([DISTINCT] expr[, size]): nulls included; distinct values sorted as Druid sorts them. The size is
+    Druid's memory hint (after DISTINCT, the parser keeps it inside the DISTINCT)."""
+    value = call.args[0]
+    if isinstance(value, exp.Distinct):
+        distinct = exp.Distinct(expressions=[value.expressions[0].copy()])
+        return exp.Anonymous(this="LIST_SORT", expressions=[
+            exp.ArrayAgg(this=distinct), exp.Literal.string("ASC"), exp.Literal.string("NULLS FIRST")])
+    return exp.ArrayAgg(this=value.copy())
+
+
+def _approx_quantile(call: _Call) -> exp.Expr:
+    """APPROX_QUANTILE(expr, p[, …]) and its sketch variants: a DOUBLE, as in Druid."""
+    quantile = exp.Anonymous(this="APPROX_QUANTILE", expressions=[call.args[0].copy(), call.args[1].copy()])
+    return exp.cast(quantile, exp.DType.DOUBLE)
+
+
+def _approx_count_distinct(call: _Call) -> exp.Expr:
+    return exp.ApproxDistinct(this=call.args[0].copy())
+
+
+def _contains(case_sensitive: bool) -> Callable[[_Call], exp.Expr]:
+    def rewrite(call: _Call) -> exp.Expr:
+        text, part = call.args[0].copy(), call.args[1].copy()
+        if not case_sensitive:
+            text, part = exp.Lower(this=text), exp.Lower(this=part)
+        return exp.Anonymous(this="CONTAINS", expressions=[text, part])
+
+    return rewrite
+
+
+_DRUID_FUNCTIONS: dict[str, _DruidFunction] = {
+    "TIME_FLOOR": _DruidFunction(2, 4, _time_floor),
+    "TIME_CEIL": _DruidFunction(2, 4, _time_ceil),
+    "TIME_SHIFT": _DruidFunction(3, 4, _time_shift),
+    "TIME_EXTRACT": _DruidFunction(2, 3, _time_extract),
+    "TIME_FORMAT": _DruidFunction(1, 3, _time_format),
+    "TIME_PARSE": _DruidFunction(1, 3, _time_parse),
+    "TIME_IN_INTERVAL": _DruidFunction(2, 2, _time_in_interval),
+    "TIMESTAMPADD": _DruidFunction(3, 3, _timestamp_add),
+    "TIMESTAMPDIFF": _DruidFunction(3, 3, _timestamp_diff),
+    "MILLIS_TO_TIMESTAMP": _DruidFunction(
+        1, 1, lambda call: exp.UnixToTime(this=call.args[0].copy(), scale=exp.UnixToTime.MILLIS)
+    ),
+    "TIMESTAMP_TO_MILLIS": _DruidFunction(1, 1, lambda call: exp.UnixMillis(this=call.args[0].copy())),
+    "STRLEN": _DruidFunction(1, 1, lambda call: exp.Length(this=call.args[0].copy())),
+    "CONTAINS_STRING": _DruidFunction(2, 2, _contains(case_sensitive=True)),
+    "ICONTAINS_STRING": _DruidFunction(2, 2, _contains(case_sensitive=False)),
+    "EARLIEST": _DruidFunction(1, 2, _earliest_latest(by_time_argument=False, latest=False)),
+    "LATEST": _DruidFunction(1, 2, _earliest_latest(by_time_argument=False, latest=True)),
+    "EARLIEST_BY": _DruidFunction(2, 3, _earliest_latest(by_time_argument=True, latest=False)),
+    "LATEST_BY": _DruidFunction(2, 3, _earliest_latest(by_time_argument=True, latest=True)),
+    "ANY_VALUE": _DruidFunction(1, 2, lambda call: exp.First(this=call.args[0].copy())),
+    "ARRAY_AGG": _DruidFunction(1, 2, _array_agg),
+    "APPROX_COUNT_DISTINCT_BUILTIN": _DruidFunction(1, 1, _approx_count_distinct),
+    "APPROX_COUNT_DISTINCT_DS_HLL": _DruidFunction(1, 3, _approx_count_distinct),
+    "APPROX_COUNT_DISTINCT_DS_THETA": _DruidFunction(1, 2, _approx_count_distinct),
+    "APPROX_QUANTILE": _DruidFunction(2, 3, _approx_quantile),
+    "APPROX_QUANTILE_DS": _DruidFunction(2, 3, _approx_quantile),
+    "APPROX_QUANTILE_FIXED_BUCKETS": _DruidFunction(5, 6, _approx_quantile),
+}
+
+
+# Joda pattern letter → DuckDB strftime code by run length (the last entry serves longer runs); None: unsupported.
+_JODA_FIELDS: dict[str, tuple[str | None, ...]] = {
+    "y": ("%Y", "%y", "%Y"),
+    "Y": ("%Y", "%y", "%Y"),
+    "M": ("%-m", "%m", "%b", "%B"),
+    "d": ("%-d", "%d"),
+    "D": ("%-j", "%j", "%j"),
+    "H": ("%-H", "%H"),
+    "h": ("%-I", "%I"),
+    "m": ("%-M", "%M"),
+    "s": ("%-S", "%S"),
+    "S": (None, None, "%g", None, None, "%f", None),
+    "a": ("%p",),
+    "E": ("%a", "%a", "%a", "%A"),
+}
+_JODA_TOKEN = re.compile(r"'((?:[^']|'')*)'|([A-Za-z])\2*|[^A-Za-z']+|'")
+
+
+def joda_to_strftime(pattern: str) -> str:
+    """A Joda-Time pattern (Druid's TIME_FORMAT / TIME_PARSE) as a DuckDB strftime format.
+
+    >>> joda_to_strftime("yyyy-MM-dd'T'HH:mm")
+    '%Y-%m-%dT%H:%M'
+    """
+    out = []
+    for token in _JODA_TOKEN.finditer(pattern):
+        quoted, letter, text = token.group(1), token.group(2), token.group(0)
+        if quoted is not None:
+            # '' alone is a literal quote; inside quotes it is an escaped one.
+            out.append((quoted.replace("''", "'") or "'").replace("%", "%%"))
+        elif letter is not None:
+            codes = _JODA_FIELDS.get(letter, (None,))
+            code = codes[min(len(text), len(codes)) - 1]
+            if code is None:
+                raise SqlError(f"Unsupported Joda pattern field '{text}' in '{pattern}'")
+            out.append(code)
+        elif text == "'":
+            raise SqlError(f"Unterminated quote in Joda pattern '{pattern}'")
+        else:
+            out.append(text.replace("%", "%%"))
+    return "".join(out)
