@@ -71,6 +71,10 @@ class HttpTaskClient:
         answer = self._json("GET", "/offsets/current")
         return {int(p): o for p, o in answer.items()} if answer is not None else None
 
+    def end_offsets(self) -> dict[int, int] | None:
+        answer = self._json("GET", "/offsets/end")
+        return {int(p): o for p, o in answer.items()} if answer is not None else None
+
     def pause(self, timeout: float | None = None) -> dict[int, int] | None:
         answer = self._json("POST", "/pause", timeout=(timeout or self._pause_timeout) + self._timeout)
         return {int(p): o for p, o in answer.items()} if answer is not None else None

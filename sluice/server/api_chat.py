@@ -99,6 +99,11 @@ def chat_router(lookup: Callable[[str], RunnableTask | None]) -> APIRouter:
     def live_reports(task_id: str) -> Any:
         return answer(task_id, lambda t: t.report(), streaming=False)
 
+    @router.get("/realtime")
+    def realtime(task_id: str) -> Any:
+        """Not Druid's: what a broker needs to query the task's unpublished rows (sluice/broker/realtime.py)."""
+        return answer(task_id, lambda t: t.realtime_view().to_json())
+
     @router.get("/time/start")
     def start_time(task_id: str) -> Any:
         return answer(task_id, lambda t: format_timestamp(t.started) if t.started else None)

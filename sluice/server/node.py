@@ -17,7 +17,8 @@ from typing import Any, Callable
 from fastapi import FastAPI
 
 from sluice.broker.broker import Broker
-from sluice.discovery import BROKER, OVERLORD, WORKER, Announcer
+from sluice.broker.realtime import RemoteRealtimeViews, visible_pieces
+from sluice.discovery import BROKER, OVERLORD, WORKER, Announcer, live_nodes
 from sluice.emitter import EmitterConfig, ServiceEmitter, build_emitter
 from sluice.lifecycle import Lifecycle, Stage
 from sluice.metadata.store import MetadataStore
@@ -27,6 +28,7 @@ from sluice.overlord.task_queue import TaskQueue
 from sluice.segment.deep_storage import DeepStorage
 from sluice.server.api_chat import chat_router
 from sluice.server.api_metrics import metrics_router
+from sluice.server.api_native import native_router
 from sluice.server.api_sql import sql_router
 from sluice.server.api_supervisor import supervisor_router
 from sluice.server.api_task import task_router
@@ -36,7 +38,7 @@ from sluice.server.http_server import HttpServer
 from sluice.server.roles import Role
 from sluice.spec.supervisor import KafkaIOConfig
 from sluice.stream.kafka import KafkaStream
-from sluice.task.kafka_index_task import TaskToolbox
+from sluice.task.kafka_index_task import KafkaIndexTask, RealtimeView, TaskToolbox
 from sluice.worker.thread_runner import ThreadTaskRunner
 from sluice.worker.worker import PeonConfig, WorkerTaskManager
 
@@ -183,8 +185,26 @@ class Node:
     # ---- broker ----
 
     def _start_broker(self) -> None:
-        self.broker = Broker(self.metadata, self.deep_storage, self.config.work_dir / "segment-cache")
+        if self.config.role is Role.ALL_IN_ONE:
+            views: Callable[[], list[RealtimeView]] = self._thread_task_views
+        else:
+            views = RemoteRealtimeViews(self._overlords)
+        self.broker = Broker(self.metadata, self.deep_storage, self.config.work_dir / "segment-cache",
+                             realtime=lambda: visible_pieces(views(), self._committed_offsets))
         self.app.include_router(sql_router(self.broker))
+        self.app.include_router(native_router(self.broker, self.metadata))
+
+    def _thread_task_views(self) -> list[RealtimeView]:
+        """What this node's reading tasks have persisted (Druid's realtime queries)."""
+        assert isinstance(self.task_runner, ThreadTaskRunner)
+        return [t.realtime_view() for t in self.task_runner.running() if isinstance(t, KafkaIndexTask)]
+
+    def _overlords(self) -> list[str]:
+        return [f"http://{node.host}:{node.port}" for node in live_nodes(self.metadata, OVERLORD)]
+
+    def _committed_offsets(self, data_source: str) -> dict[int, int]:
+        stored = self.metadata.get_stream_offsets(data_source)
+        return stored.offsets if stored else {}
 
     # ---- serving ----
 

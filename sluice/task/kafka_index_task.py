@@ -40,6 +40,8 @@ from sluice.task.task import TaskFailure, TaskStatus, write_task_file
 log = logging.getLogger(__name__)
 
 TASK_TYPE = "index_kafka"
+#: how long a pause waits for a read in flight to unwind before it abandons it
+PAUSE_GRACE_SECONDS = 2.0
 
 
 class TaskState(str, Enum):
@@ -126,6 +128,31 @@ class KafkaIndexTaskSpec:
                    payload.get("lockVersion"))
 
 
+@dataclass(frozen=True)
+class RealtimeView:
+    """What a running streaming task has persisted (its files) and from where it read: what the broker
+    needs to query the task's rows before they are published (see sluice/broker/realtime.py)."""
+
+    data_source: str
+    #: replicas share it, so it names the task group's current generation
+    base_sequence_name: str
+    start_offsets: dict[int, int]
+    #: records read so far, to pick the replica that read furthest
+    progress: int
+    files: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dataSource": self.data_source, "baseSequenceName": self.base_sequence_name,
+                "startOffsets": {str(p): o for p, o in self.start_offsets.items()}, "progress": self.progress,
+                "files": list(self.files)}
+
+    @classmethod
+    def from_json(cls, payload: dict[str, Any]) -> RealtimeView:
+        return cls(payload["dataSource"], payload["baseSequenceName"],
+                   {int(p): int(o) for p, o in payload["startOffsets"].items()}, int(payload["progress"]),
+                   tuple(payload["files"]))
+
+
 def message_window(io: KafkaIOConfig, created: datetime) -> MessageWindow:
     """The instants the task keeps rows between (Druid's minimumMessageTime and maximumMessageTime).
 
@@ -173,6 +200,7 @@ class KafkaIndexTask:
         self._pause_requested = False
         self._stop_requested = False
         self._reading = False  # a Spark read job is in flight (it runs in job group = task id)
+        self._read_epoch = 0  # moved on by pause and stop: a read started in an earlier epoch does not count
         self._persists: list[Path] = []
         self.started: datetime | None = None
 
@@ -196,6 +224,14 @@ class KafkaIndexTask:
     def parse_errors(self) -> list[ParseExceptionReport]:
         return self.parse_exceptions.reports()
 
+    def realtime_view(self) -> RealtimeView:
+        with self._cond:
+            persists, current = list(self._persists), dict(self._current)
+        files = tuple(str(f) for directory in persists for f in sorted(directory.glob("*.parquet")))
+        progress = sum(current[p] - self.spec.start_offsets[p] for p in current)
+        return RealtimeView(self.spec.data_source, self.spec.base_sequence_name, dict(self.spec.start_offsets),
+                            progress, files)
+
     def checkpoints(self) -> dict[int, dict[int, int]]:
         """Each sequence's start offsets, by sequence id (one sequence until checkpoints split a task)."""
         return {0: dict(self.spec.start_offsets)}
@@ -206,18 +242,20 @@ class KafkaIndexTask:
     def pause(self, timeout: float = 30.0) -> dict[int, int] | None:
         """Stop reading and return the current offsets; None if the task is not reading.
 
-        A read in flight is cancelled rather than waited for: it has not been persisted and its offsets
-        have not moved, so the task pauses at the offsets before it, and pausing takes no longer than
-        Spark takes to cancel a job.
+        A read in flight is abandoned, not waited for: it has not been persisted and its offsets have not
+        moved, so the task pauses at the offsets before it. Its Spark job is cancelled, and whatever it
+        returns is thrown away (the read epoch moved on), so pausing is immediate even when Spark is slow
+        to unwind a job (a cold first job on a loaded machine can take longer than taskDuration).
         """
         with self._cond:
             if self.state not in (TaskState.STARTING, TaskState.READING, TaskState.PAUSED):
                 return None
             self._pause_requested = True
-            self._cond.notify_all()
-            self._cancel_read()
-            if not self._cond.wait_for(lambda: self.state not in (TaskState.STARTING, TaskState.READING), timeout):
-                return None
+            self._abandon_read()
+            self._cond.wait_for(lambda: self.state not in (TaskState.STARTING, TaskState.READING),
+                                min(timeout, PAUSE_GRACE_SECONDS))
+            if self.state in (TaskState.STARTING, TaskState.READING):
+                self.state = TaskState.PAUSED  # the reading thread pauses as soon as its read returns
             return dict(self._current) if self.state is TaskState.PAUSED else None
 
     def resume(self) -> None:
@@ -247,10 +285,12 @@ class KafkaIndexTask:
         """Stop now without publishing (Druid's /stop after a kill): nothing read so far is committed."""
         with self._cond:
             self._stop_requested = True
-            self._cond.notify_all()
-            self._cancel_read()
+            self._abandon_read()
 
-    def _cancel_read(self) -> None:
+    def _abandon_read(self) -> None:
+        """Called holding the condition: a read in flight will not count, and its Spark job is cancelled."""
+        self._read_epoch += 1
+        self._cond.notify_all()
         if self._reading:
             self.toolbox.spark.sparkContext.cancelJobGroup(self.spec.id)
 
@@ -343,20 +383,23 @@ class KafkaIndexTask:
             if self._pause_requested or self._stop_requested:
                 return
             self._reading = True
+            epoch = self._read_epoch
         try:
             result = pipeline.read_and_persist(ranges, directory)
         except Exception:
             with self._cond:
-                cancelled = self._pause_requested or self._stop_requested
-            if not cancelled:
+                abandoned = epoch != self._read_epoch
+            if not abandoned:
                 raise
-            shutil.rmtree(directory, ignore_errors=True)  # the cancelled read: never persisted, offsets unmoved
-            return
+            result = None
         finally:
             with self._cond:
                 self._reading = False
         tuning = self.spec.ingestion.tuning_config
         with self._cond:
+            if result is None or epoch != self._read_epoch:
+                shutil.rmtree(directory, ignore_errors=True)  # an abandoned read: never persisted, offsets unmoved
+                return
             self._persists.append(directory)
             self.meters.add(result.stats)
             self._current.update({p: stop for p, (_, stop) in ranges.items()})
@@ -468,4 +511,4 @@ def _earlier_generation_pending(stored: StreamOffsets | None, start: StreamOffse
 
 
 
-__all__ = ["KafkaIndexTask", "KafkaIndexTaskSpec", "TaskState", "TaskToolbox", "new_task_id"]
+__all__ = ["KafkaIndexTask", "KafkaIndexTaskSpec", "RealtimeView", "TaskState", "TaskToolbox", "new_task_id"]

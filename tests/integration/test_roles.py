@@ -182,30 +182,28 @@ def test_streaming_through_peons_is_exactly_once_when_peons_are_killed(kafka_bro
             def supervisor() -> dict:
                 return overlord.get(f"{TASKS}/supervisor/wiki_peons/status").json()["payload"]
 
-            def reading_task() -> str | None:
-                return next((t["id"] for t in supervisor()["activeTasks"]
-                             if sum((t["currentOffsets"] or {}).values()) > sum(t["startingOffsets"].values())), None)
-
-            victim = wait_for(reading_task, 300, "a task reading in its peon")
-            for pid in peon_pids(victim):
-                kill_9(pid)
-            assert wait_for(lambda: finished(overlord, victim), 60, "the killed task")["statusCode"] == "FAILED"
-
-            def publishing_task() -> str | None:
-                for task in supervisor()["publishingTasks"]:
+            def in_state(tasks: list[dict], state: str) -> str | None:
+                """A task whose peon says it is in `state` (asked on its chat API, where the supervisor asks)."""
+                for task in tasks:
                     location = task_status(overlord, task["id"])["location"]
                     if location["port"] > 0:
                         chat = f"http://127.0.0.1:{location['port']}/druid/worker/v1/chat/{task['id']}/status"
                         try:
-                            if httpx.get(chat, timeout=2).json() == "PUBLISHING":
+                            if httpx.get(chat, timeout=2).json() == state:
                                 return task["id"]
                         except httpx.HTTPError:
                             pass
                 time.sleep(0.05)
                 return None
 
+            victim = wait_for(lambda: in_state(supervisor()["activeTasks"], "READING"), 300, "a task reading")
+            for pid in peon_pids(victim):
+                kill_9(pid)
+            assert wait_for(lambda: finished(overlord, victim), 60, "the killed task")["statusCode"] == "FAILED"
+
             end_offsets = produce(kafka_broker.bootstrap_servers, topic, second, 2)
-            victim = wait_for(publishing_task, 180, "a task publishing in its peon")
+            victim = wait_for(lambda: in_state(supervisor()["publishingTasks"], "PUBLISHING"), 300,
+                              "a task publishing")
             for pid in peon_pids(victim):
                 kill_9(pid)
 
@@ -225,4 +223,39 @@ def test_streaming_through_peons_is_exactly_once_when_peons_are_killed(kafka_bro
             overlord.post(f"{TASKS}/supervisor/wiki_peons/terminate")
     finally:
         for process in reversed(processes):
+            process.stop()
+
+
+@pytest.mark.spark
+@pytest.mark.kafka
+def test_a_restarted_overlord_adopts_the_reading_task_and_it_publishes_exactly_once(kafka_broker, cluster_dir) -> None:
+    uri = metadata_uri(cluster_dir)
+    worker = SluiceProcess("worker", cluster_dir, uri, "--capacity", "2").start()
+    broker = SluiceProcess("broker", cluster_dir, uri).start()
+    overlord = SluiceProcess("overlord", cluster_dir, uri).start()
+    topic, ds = "wiki-adopt", "wiki_adopt"
+    kafka_broker.create_topic(topic, 1)
+    records = generate(10_000, seed=9)
+    end_offsets = produce(kafka_broker.bootstrap_servers, topic, records, 1)
+    try:
+        with overlord.client() as client:
+            spec = supervisor_spec(ds, topic, kafka_broker.bootstrap_servers, taskCount=1, taskDuration="PT1H")
+            assert client.post(f"{TASKS}/supervisor", json=spec).status_code == 200
+            reading = wait_for(lambda: [t for t in client.get(f"{TASKS}/supervisor/{ds}/status").json()["payload"]
+                                        ["activeTasks"] if t["currentOffsets"] == {"0": end_offsets[0]}],
+                               300, "the task to read everything")
+        overlord.kill()
+        overlord = SluiceProcess("overlord", cluster_dir, uri).start()
+        with overlord.client() as client, broker.client() as sql_client:
+            adopted = wait_for(lambda: client.get(f"{TASKS}/supervisor/{ds}/status").json()["payload"]["activeTasks"],
+                               60, "the supervisor to adopt its running task")
+            assert [t["id"] for t in adopted] == [reading[0]["id"]]
+            assert client.post(f"{TASKS}/supervisor/{ds}/taskGroups/handoff", json={"taskGroupIds": [0]}).status_code \
+                == 200
+            assert wait_for(lambda: finished(client, reading[0]["id"]), 120, "its publish")["statusCode"] == "SUCCESS"
+            rows = sql_client.post("/druid/v2/sql", json={"query": f'SELECT SUM("count") AS n FROM {ds}'}).json()
+            assert rows == [{"n": sum(r.kind == "valid" for r in records)}]
+            client.post(f"{TASKS}/supervisor/{ds}/terminate")
+    finally:
+        for process in (overlord, broker, worker):
             process.stop()

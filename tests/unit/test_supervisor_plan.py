@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from sluice.overlord.supervisor.plan import (
-    NOT_SET, EndGroup, KillTask, Observation, PlanConfig, RecordStartingOffsets, ResetStoredOffsets, StartTask,
-    SupervisorState, end_group, plan,
+    NOT_SET, DiscoveredTask, EndGroup, KillTask, Observation, PlanConfig, RecordStartingOffsets, ResetStoredOffsets,
+    StartTask, SupervisorState, adopt, end_group, plan,
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -200,3 +200,37 @@ def test_task_duration_counts_from_when_the_first_replica_started_reading():
     at_duration = started_at + CONFIG.task_duration
     decided = plan(decided.state, observe(now=at_duration, partitions=(0,), statuses={"slow": "RUNNING"}), CONFIG)
     assert decided.actions == [EndGroup(0)]
+
+
+def discovered(task_id, group_id, start, sequence="seq_a", same_spec=True, end=None):
+    return DiscoveredTask(task_id, group_id, start, sequence, T0, same_spec, end)
+
+
+def test_a_previous_overlords_reading_tasks_become_the_groups_they_belong_to():
+    tasks = [discovered("a", 0, {0: 5, 2: 7}), discovered("a2", 0, {0: 5, 2: 7}), discovered("b", 1, {1: 3, 3: 4},
+                                                                                              "seq_b")]
+    state, kills = adopt(SupervisorState(), tasks, CONFIG, T0)
+    assert kills == []
+    assert {i: (g.starting_offsets, g.base_sequence_name, g.task_ids) for i, g in state.active.items()} == {
+        0: ({0: 5, 2: 7}, "seq_a", {"a", "a2"}), 1: ({1: 3, 3: 4}, "seq_b", {"b"})}
+    # adopted groups are not re-created: the next run only lets them read on
+    decided = plan(state, observe(stored={p: 0 for p in range(4)}, statuses={"a": "RUNNING", "a2": "RUNNING",
+                                                                             "b": "RUNNING"}), CONFIG)
+    assert not [a for a in decided.actions if isinstance(a, StartTask)]
+
+
+def test_a_publishing_task_is_adopted_as_pending_and_the_next_group_starts_at_its_end():
+    state, kills = adopt(SupervisorState(), [discovered("p", 0, {0: 5, 2: 7}, end={0: 50, 2: 70})], CONFIG, T0)
+    assert kills == [] and state.active == {}
+    [group] = state.pending[0]
+    assert (group.end_offsets, group.task_ids, group.completion_deadline) == ({0: 50, 2: 70}, {"p"},
+                                                                               T0 + CONFIG.completion_timeout)
+    assert state.partition_offsets == {0: 50, 2: 70}
+
+
+def test_tasks_that_no_longer_fit_are_killed():
+    tasks = [discovered("old_spec", 0, {0: 5}, same_spec=False), discovered("moved", 1, {0: 5}),
+             discovered("first", 0, {0: 5}, "seq_a"), discovered("second", 0, {0: 9}, "seq_b")]
+    state, kills = adopt(SupervisorState(), tasks, CONFIG, T0)
+    assert [k.task_id for k in kills] == ["old_spec", "moved", "second"]
+    assert state.active[0].task_ids == {"first"}

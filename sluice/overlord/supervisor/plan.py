@@ -90,6 +90,21 @@ class Observation:
 
 
 @dataclass(frozen=True)
+class DiscoveredTask:
+    """A running task of the data source that this supervisor did not start (a previous overlord did)."""
+
+    task_id: str
+    group_id: int
+    starting_offsets: dict[int, int]
+    base_sequence_name: str
+    created: datetime
+    #: its ingestion spec is this supervisor's: only then may it go on
+    same_spec: bool
+    #: set when it is already publishing: the offsets it publishes up to
+    end_offsets: dict[int, int] | None = None
+
+
+@dataclass(frozen=True)
 class StartTask:
     group_id: int
 
@@ -310,3 +325,47 @@ def end_group(current: SupervisorState, group_id: int, end_offsets: dict[int, in
     state.pending.setdefault(group_id, []).append(group)
     state.partition_offsets.update(end_offsets)
     return state
+
+
+def adopt(state: SupervisorState, discovered: list[DiscoveredTask], config: PlanConfig,
+          now: datetime) -> tuple[SupervisorState, list[KillTask]]:
+    """Druid's discoverTasks: running tasks a previous overlord left become this supervisor's groups when
+    their spec is this one's and their partitions are still their group's under taskCount; the others are
+    killed (they commit nothing, and new groups start from the committed offsets).
+
+    Publishing tasks become pending-completion groups, given a fresh completionTimeout, and the next group
+    of their partitions starts where they end; reading tasks become the reading group of their group id
+    (replicas share a base sequence name; a second, different group for the same id is killed).
+    """
+    state = copy.deepcopy(state)
+    kills: list[KillTask] = []
+    publishing_first = sorted(discovered, key=lambda t: (t.end_offsets is None, sorted(t.starting_offsets.items())))
+    for task in publishing_first:
+        if not task.same_spec or not task.starting_offsets or any(
+                group_of(p, config.task_count) != task.group_id for p in task.starting_offsets):
+            kills.append(KillTask(task.task_id, "left by a previous overlord with another spec or partitioning"))
+            continue
+        if task.end_offsets is not None:
+            group = next((g for g in state.pending.get(task.group_id, [])
+                          if g.base_sequence_name == task.base_sequence_name), None)
+            if group is None:
+                group = TaskGroup(task.group_id, dict(task.starting_offsets), task.base_sequence_name, task.created,
+                                  state.next_generation, end_offsets=dict(task.end_offsets),
+                                  completion_deadline=now + config.completion_timeout)
+                state.next_generation += 1
+                state.pending.setdefault(task.group_id, []).append(group)
+                for partition, offset in task.end_offsets.items():
+                    state.partition_offsets[partition] = max(state.partition_offsets.get(partition, NOT_SET), offset)
+            group.task_ids.add(task.task_id)
+            continue
+        group = state.active.get(task.group_id)
+        if group is None:
+            group = TaskGroup(task.group_id, dict(task.starting_offsets), task.base_sequence_name, task.created,
+                              state.next_generation)
+            state.next_generation += 1
+            state.active[task.group_id] = group
+        if group.base_sequence_name != task.base_sequence_name:
+            kills.append(KillTask(task.task_id, "another task group already reads its partitions"))
+            continue
+        group.task_ids.add(task.task_id)
+    return state, kills

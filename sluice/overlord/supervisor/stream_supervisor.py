@@ -22,13 +22,13 @@ from sluice.metadata.offsets import StreamOffsets
 from sluice.metadata.store import MetadataStore
 from sluice.overlord.supervisor.plan import (
     NOT_SET, EndGroup, KillTask, Observation, PlanConfig, RecordStartingOffsets, ResetStoredOffsets, StartTask,
-    SupervisorState, TaskGroup, end_group, plan,
+    DiscoveredTask, SupervisorState, TaskGroup, adopt, end_group, plan,
 )
 from sluice.overlord.task_runner import TaskRunner
 from sluice.timestamps import format_timestamp
 from sluice.spec.supervisor import KafkaIOConfig, KafkaSupervisorSpec
 from sluice.stream.kafka import KafkaStream, StreamError
-from sluice.task.kafka_index_task import TASK_TYPE, KafkaIndexTaskSpec, new_task_id
+from sluice.task.kafka_index_task import KafkaIndexTaskSpec, TaskState, new_task_id
 from sluice.task.meters import ParseExceptionReport, latest_parse_errors
 from sluice.task.task import TaskFailure, TaskStatus
 
@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 UNHEALTHINESS_THRESHOLD = 3
 TASK_UNHEALTHINESS_THRESHOLD = 3
 MAX_STORED_EXCEPTION_EVENTS = 10
+#: how long a starting supervisor waits for a previous overlord's tasks to be located before killing them
+DISCOVERY_TIMEOUT = 30.0
 
 _RUN, _STOP, _TERMINATE = "run", "stop", "terminate"
 T = TypeVar("T")
@@ -85,18 +87,41 @@ class StreamSupervisor:
 
     def start(self) -> None:
         self._runner.add_listener(self._on_task_status)
-        self._stop_tasks_of_others()
+        self._started_at = time.monotonic()
         self._thread.start()
 
-    def _stop_tasks_of_others(self) -> None:
-        """Tasks of this data source that are not in this supervisor's groups (left by an overlord that
-        stopped) are stopped: they publish nothing, and new groups start from the committed offsets."""
-        owned = {t for g in self.state.active.values() for t in g.task_ids}
-        owned |= {t for gs in self.state.pending.values() for g in gs for t in g.task_ids}
+    def _discover_tasks(self) -> bool:
+        """DISCOVERING_INITIAL_TASKS: adopt or kill the running tasks of this data source it did not start.
+
+        False while some such task cannot be asked yet (its peon is not located yet after an overlord
+        restart): the run waits for it, for at most DISCOVERY_TIMEOUT, so it does not start a second group
+        over the same partitions.
+        """
+        found, waiting = [], []
         for task in self._runner.active(self.spec.id):
-            if task.type == TASK_TYPE and task.id not in owned:
-                self._killed.add(task.id)
-                self._runner.shutdown(task.id, "not one of the tasks of the supervisor that started now")
+            if not isinstance(task, KafkaIndexTaskSpec) or self._owns(task.id) or task.id in self._killed:
+                continue
+            client = self._runner.client(task.id)
+            state = client.state if client is not None else None
+            if state is None:
+                waiting.append(task.id)
+                continue
+            end = client.end_offsets() if state is TaskState.PUBLISHING else None
+            if state is TaskState.PUBLISHING and end is None:
+                waiting.append(task.id)
+                continue
+            found.append(DiscoveredTask(task.id, task.task_group_id, task.start_offsets, task.base_sequence_name,
+                                        task.created, task.ingestion == self.spec.spec, end))
+        self.state, kills = adopt(self.state, found, self.config, self._clock())
+        if waiting and time.monotonic() - self._started_at > DISCOVERY_TIMEOUT:
+            kills += [KillTask(t, "its peon could not be reached after an overlord restart") for t in waiting]
+            waiting = []
+        for kill in kills:
+            self._execute(kill)
+        killed = {k.task_id for k in kills}
+        if adopted := sorted(t.task_id for t in found if t.task_id not in killed):
+            log.info("supervisor %s adopted the running tasks %s", self.spec.id, adopted)
+        return not waiting
 
     def stop(self, graceful: bool, timeout: float = 60.0) -> SupervisorState:
         """graceful (terminate, update): reading groups stop at definite end offsets and publish; otherwise just
@@ -219,6 +244,8 @@ class StreamSupervisor:
             self._record_error("StreamException", str(error), stream=True)
             return
         try:
+            if not self._discover_tasks():
+                return
             decided = plan(self.state, observation, self.config)
             self.state = decided.state
             for message in decided.errors:
