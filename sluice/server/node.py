@@ -17,6 +17,7 @@ from typing import Any, Callable
 from fastapi import FastAPI
 
 from sluice.broker.broker import Broker
+from sluice.broker.engine import SqlEngine
 from sluice.broker.realtime import RemoteRealtimeViews, visible_pieces
 from sluice.discovery import BROKER, OVERLORD, WORKER, Announcer, live_nodes
 from sluice.emitter import EmitterConfig, ServiceEmitter, build_emitter
@@ -60,6 +61,8 @@ class NodeConfig:
     capacity: int = 2
     #: how the overlord picks a worker: equalDistribution or fillCapacity
     worker_select_strategy: str = "equalDistribution"
+    #: DuckDB's memory limit for one Druid SQL or native query (it would otherwise take 80% of the machine)
+    query_memory_limit: str = "4GB"
     #: where metrics go; Prometheus by default, so every role serves GET /metrics
     emitter: EmitterConfig = EmitterConfig(type="prometheus")
 
@@ -190,6 +193,7 @@ class Node:
         else:
             views = RemoteRealtimeViews(self._overlords)
         self.broker = Broker(self.metadata, self.deep_storage, self.config.work_dir / "segment-cache",
+                             SqlEngine(memory_limit=self.config.query_memory_limit),
                              realtime=lambda: visible_pieces(views(), self._committed_offsets))
         self.app.include_router(sql_router(self.broker))
         self.app.include_router(native_router(self.broker, self.metadata))
