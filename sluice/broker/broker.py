@@ -2,7 +2,9 @@
 
 A query is translated first, which tells the broker which data sources it reads and over which intervals of
 `__time`; only the segments (and realtime pieces) overlapping those intervals are handed to the engine, as Druid's
-broker only asks the segments a query's intervals cover. What the metadata store says is kept for a short time
+broker only asks the segments a query's intervals cover. A segment a higher version overshadows in part is read only
+where the timeline shows it, as Druid's broker asks a historical for the visible interval of a segment (its
+SegmentDescriptor), not for the whole segment. What the metadata store says is kept for a short time
 (`snapshot_ttl_s`) rather than read again for every query; a file that vanished in between (a segment dropped, a
 realtime piece handed off) makes the query run once more on a fresh snapshot.
 """
@@ -19,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from sluice.broker import system_tables as sys_tables
-from sluice.broker.engine import QueryResult, SegmentFileGone, SqlEngine, table_columns
+from sluice.broker.engine import ClippedFile, QueryResult, SegmentFile, SegmentFileGone, SqlEngine, table_columns
 from sluice.broker.errors import SqlError
 from sluice.broker.intervals import overlaps_any
 from sluice.broker.sql import translate_query
@@ -49,6 +51,9 @@ class _Snapshot:
     taken: float  # time.monotonic()
     used: list[DataSegment]
     visible: dict[str, list[DataSegment]]  # per data source, what the timeline shows, in segment id order
+    # Where a visible segment shows only in part (a higher version overshadows the rest): those parts, in time order.
+    # Every segment missing here shows over its whole interval.
+    clipped: dict[SegmentId, tuple[Interval, ...]]
     overshadowed: set[SegmentId]
 
 
@@ -112,17 +117,25 @@ class Broker:
         realtime = {source: list(pieces) for source, pieces in self._realtime().items() if pieces}
         existing = set(snapshot.visible) | set(realtime)
         translation = translate_query(query, existing, context)
-        files = {source: self._files(snapshot.visible.get(source, []), realtime.get(source, []),
-                                     translation.intervals[source]) for source in translation.data_sources}
+        files = {source: self._files(snapshot, source, realtime.get(source, []), translation.intervals[source])
+                 for source in translation.data_sources}
         system = {table: self._system_table(table, snapshot, realtime) for table in translation.system_tables}
         return self._engine.run(translation, files, parameters, system)
 
-    def _files(self, segments: list[DataSegment], pieces: list[RealtimePiece], intervals: list[Interval]) -> list[str]:
-        """The files of the segments and pieces that overlap the query's intervals; when none does, one file all the
+    def _files(self, snapshot: _Snapshot, source: str, pieces: list[RealtimePiece],
+               intervals: list[Interval]) -> list[SegmentFile]:
+        """The files of the segments and pieces visible within the query's intervals; when none is, one file all the
         same, which gives the data source its columns (the query's own filter then finds no rows in it)."""
-        paths = [self._local_path(s) for s in segments if overlaps_any(s.interval, intervals)]
-        paths += [piece.path for piece in pieces if overlaps_any(piece.interval, intervals)]
-        return paths or ([self._local_path(segments[0])] if segments else [pieces[0].path])
+        segments = snapshot.visible.get(source, [])
+        files = [self._file(snapshot, s) for s in segments
+                 if any(overlaps_any(part, intervals) for part in snapshot.clipped.get(s.id, (s.interval,)))]
+        files += [piece.path for piece in pieces if overlaps_any(piece.interval, intervals)]
+        return files or ([self._file(snapshot, segments[0])] if segments else [pieces[0].path])
+
+    def _file(self, snapshot: _Snapshot, segment: DataSegment) -> SegmentFile:
+        path = self._local_path(segment)
+        parts = snapshot.clipped.get(segment.id)
+        return path if parts is None else ClippedFile(path, parts)
 
     def _local_path(self, segment: DataSegment) -> str:
         path = self._local_paths.get(segment.id)
@@ -186,13 +199,12 @@ def _take_snapshot(used: list[DataSegment]) -> _Snapshot:
     by_source: dict[str, list[DataSegment]] = {}
     for segment in used:
         by_source.setdefault(segment.data_source, []).append(segment)
-    visible, overshadowed = {}, set()
+    visible, clipped, overshadowed = {}, {}, set()
     for source, segments in by_source.items():
         timeline = VersionedIntervalTimeline.from_segments(segments)
-        holders = timeline.lookup(ETERNITY)
-        # a partially overshadowed segment shows up in several holders; read it once
-        shown = {s.id: s for holder in holders for s in holder.segments}
-        visible[source] = sorted(shown.values(), key=lambda s: s.id)
+        parts = timeline.visible_parts(ETERNITY)
+        visible[source] = sorted((s for s in segments if s.id in parts), key=lambda s: s.id)
+        clipped |= {s.id: tuple(parts[s.id]) for s in visible[source] if parts[s.id] != [s.interval]}
         overshadowed |= timeline.find_fully_overshadowed()
-    return _Snapshot(time.monotonic(), used, visible, overshadowed)
+    return _Snapshot(time.monotonic(), used, visible, clipped, overshadowed)
 

@@ -8,6 +8,9 @@ database alone would not do). Opening a database, binding views and reading Parq
 small query itself, and segment files never change, so the databases of the most recent file sets are kept and each
 query runs on its own cursor of one. System tables are registered on that cursor only, for that query.
 
+A partially overshadowed segment comes as a `ClippedFile`: its view scan keeps only the rows within the intervals where
+the timeline shows it, so a query never counts two versions of the same time.
+
 Segment files written by Spark store `__time` as a UTC-adjusted timestamp, which DuckDB reads as TIMESTAMPTZ; Druid
 SQL sees a TIMESTAMP. DuckDB's TIMESTAMPTZ→TIMESTAMP cast goes through ICU per value and costs more than a whole
 timeseries query, so the views take the instant's microseconds instead. Files that store `__time` as a plain
@@ -38,6 +41,7 @@ from sluice.broker.errors import SqlError
 from sluice.broker.functions import Zone
 from sluice.broker.sql import DUCKDB_SETTINGS, TIME_COLUMN, Translation, translate_query
 from sluice.broker.system_tables import SystemTable
+from sluice.segment.segment import Interval
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,24 @@ class QueryResult:
     druid_types: list[str]  # LONG, FLOAT, DOUBLE, STRING, ARRAY<…>, COMPLEX<json>
     sql_types: list[str]  # BIGINT, DOUBLE, FLOAT, VARCHAR, TIMESTAMP, BOOLEAN, …
     rows: list[tuple]  # timestamps naive in UTC, or aware in the query's sqlTimeZone when it has one
+
+
+@dataclass(frozen=True)
+class ClippedFile:
+    """A segment file whose rows are visible only within `intervals` (sorted, disjoint): a higher version overshadows
+    the rest of its segment. Druid's broker says the same to a historical with a SegmentDescriptor, which names the
+    interval of the timeline piece to read rather than the segment's own."""
+
+    path: str
+    intervals: tuple[Interval, ...]
+
+
+#: One file of a data source: a path read whole, or a clipped file.
+SegmentFile = str | ClippedFile
+
+
+def _path(file: SegmentFile) -> str:
+    return file if isinstance(file, str) else file.path
 
 
 _CANCEL_WAIT_S = 5.0
@@ -81,7 +103,7 @@ class SqlEngine:
     def execute(
         self,
         sql: str,
-        tables: Mapping[str, Sequence[str]],
+        tables: Mapping[str, Sequence[SegmentFile]],
         parameters: Sequence[dict] = (),
         context: Mapping[str, Any] | None = None,
     ) -> QueryResult:
@@ -95,7 +117,7 @@ class SqlEngine:
     def run(
         self,
         query: Translation,
-        tables: Mapping[str, Sequence[str]],
+        tables: Mapping[str, Sequence[SegmentFile]],
         parameters: Sequence[dict] = (),
         system_tables: Mapping[SystemTable, pa.Table] | None = None,
     ) -> QueryResult:
@@ -173,7 +195,7 @@ class SqlEngine:
                 if not running:
                     del self._running[query_id]
 
-    def _cursor(self, data_sources: dict[str, list[str]]) -> duckdb.DuckDBPyConnection:
+    def _cursor(self, data_sources: dict[str, list[SegmentFile]]) -> duckdb.DuckDBPyConnection:
         """A cursor of the locked-down database for exactly these files, opened if none is kept."""
         key = tuple(sorted((name, tuple(files)) for name, files in data_sources.items()))
         with self._lock:
@@ -209,27 +231,30 @@ def _deadline(cursor: duckdb.DuckDBPyConnection, timeout_ms: int) -> Iterator[No
 # ---------------------------------------------------------------------------------------------------------- views
 
 
-def lock_down(conn: duckdb.DuckDBPyConnection, data_sources: Mapping[str, list[str]]) -> None:
+def lock_down(conn: duckdb.DuckDBPyConnection, data_sources: Mapping[str, Sequence[SegmentFile]]) -> None:
     """Views for the data sources, then no file access beyond their files and no configuration changes."""
     for name, value in DUCKDB_SETTINGS.items():
         conn.execute(f"SET GLOBAL {name} = ?", [value])
     conn.execute("SET parquet_metadata_cache = true")
     for name, files in data_sources.items():
         conn.execute(_view_sql(name, files))
-    conn.execute("SET allowed_paths = ?", [[path for files in data_sources.values() for path in files]])
+    conn.execute("SET allowed_paths = ?", [[_path(file) for files in data_sources.values() for file in files]])
     conn.execute("SET enable_external_access = false")
     conn.execute("SET lock_configuration = true")
 
 
-def _view_sql(name: str, files: list[str]) -> str:
-    """`CREATE VIEW "<name>"`: one scan per group of files with the same schema, united by column name.
+def _view_sql(name: str, files: Sequence[SegmentFile]) -> str:
+    """`CREATE VIEW "<name>"`: one scan per group of files with the same schema and visible intervals, united by
+    column name.
 
     Grouping by schema here spares DuckDB's `union_by_name`, which reads every file's footer each time a query binds.
+    The partitions of one partially overshadowed time chunk share their visible intervals, hence one scan.
     """
-    groups: dict[pa.Schema, list[str]] = {}
-    for path in files:
-        groups.setdefault(file_schema(path), []).append(path)
-    scans = [_scan(schema, paths) for schema, paths in groups.items()]
+    groups: dict[tuple[pa.Schema, tuple[Interval, ...]], list[str]] = {}
+    for file in files:
+        intervals = () if isinstance(file, str) else file.intervals
+        groups.setdefault((file_schema(_path(file)), intervals), []).append(_path(file))
+    scans = [_scan(schema, paths, intervals) for (schema, intervals), paths in groups.items()]
     query = scans[0]
     for scan in scans[1:]:
         query = exp.Union(this=query, expression=scan, distinct=False, by_name=True)
@@ -237,15 +262,34 @@ def _view_sql(name: str, files: list[str]) -> str:
     return exp.Create(this=view, kind="VIEW", expression=query).sql(dialect="duckdb")
 
 
-def _scan(schema: pa.Schema, files: list[str]) -> exp.Select:
+def _scan(schema: pa.Schema, files: list[str], intervals: tuple[Interval, ...]) -> exp.Select:
+    """The files' rows (only those within `intervals`, unless empty) with `__time` as a TIMESTAMP."""
     scan = exp.ReadParquet(expressions=[exp.array(*(exp.Literal.string(path) for path in files))])
     star = exp.Star()
     time_type = schema.field(TIME_COLUMN).type if TIME_COLUMN in schema.names else None
-    if time_type is not None and pa.types.is_timestamp(time_type) and time_type.tz is not None:
+    zoned = time_type is not None and pa.types.is_timestamp(time_type) and time_type.tz is not None
+    if zoned:
         # make_timestamp(epoch_us(t)) is the same instant as CAST(t AS TIMESTAMP) in UTC, without ICU.
         micros = exp.Anonymous(this="EPOCH_US", expressions=[exp.column(TIME_COLUMN)])
         star = exp.Star(replace=[exp.alias_(exp.Anonymous(this="MAKE_TIMESTAMP", expressions=[micros]), TIME_COLUMN)])
-    return exp.select(star).from_(exp.Table(this=scan))
+    select = exp.select(star).from_(exp.Table(this=scan))
+    return select.where(_within(intervals, zoned)) if intervals else select
+
+
+def _within(intervals: tuple[Interval, ...], zoned: bool) -> exp.Expr:
+    """`__time` in any of `intervals`, compared with constants of the stored type: the WHERE of a scan sees the file's
+    column, not the replaced one, and like-typed bounds are pushed into the Parquet reader (row groups are skipped by
+    their min/max) with no per-row cast."""
+    kind = exp.DataType.build("TIMESTAMPTZ" if zoned else "TIMESTAMP")
+
+    def instant(at: datetime) -> exp.Expr:
+        text = (at if zoned else at.replace(tzinfo=None)).isoformat(sep=" ", timespec="milliseconds")
+        return exp.cast(exp.Literal.string(text), kind)
+
+    column = exp.column(TIME_COLUMN)
+    return exp.or_(*(exp.and_(exp.GTE(this=column.copy(), expression=instant(interval.start)),
+                              exp.LT(this=column.copy(), expression=instant(interval.end)))
+                     for interval in intervals))
 
 
 def file_schema(path: str) -> pa.Schema:

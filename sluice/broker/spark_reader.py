@@ -191,17 +191,14 @@ def plan_partitions(segments: Sequence[DataSegment], time_range: TimeRange | Non
         return []
     # Interval floors to milliseconds: round the end up so the lookup covers the whole range.
     lookup = Interval(_instant(start), _instant(-(-end // 1000) * 1000))
-    pieces: dict[str, tuple[DataSegment, list[TimeRange]]] = {}
-    for holder in VersionedIntervalTimeline.from_segments(segments).lookup(lookup):
-        visible = _intersect((_micros(holder.interval.start), _micros(holder.interval.end)), (start, end))
-        if visible is None:
-            continue
-        for segment in holder.segments:
-            pieces.setdefault(str(segment.id), (segment, []))[1].append(visible)
-    return [
-        SegmentInputPartition(str(segment.id), dict(segment.load_spec), tuple(sorted(ranges)))
-        for segment, ranges in sorted(pieces.values(), key=lambda entry: entry[0].id)
-    ]
+    parts = VersionedIntervalTimeline.from_segments(segments).visible_parts(lookup)
+    partitions = []
+    for segment in sorted((s for s in segments if s.id in parts), key=lambda s: s.id):
+        ranges = [visible for part in parts[segment.id]
+                  if (visible := _intersect((_micros(part.start), _micros(part.end)), (start, end))) is not None]
+        if ranges:
+            partitions.append(SegmentInputPartition(str(segment.id), dict(segment.load_spec), tuple(ranges)))
+    return partitions
 
 
 def spark_schema(file_schemas: Sequence[pa.Schema]) -> StructType:

@@ -105,6 +105,18 @@ class VersionedIntervalTimeline:
         """The visible complete partition sets over ``interval``, in time order, never overlapping."""
         return _visible([h for h in self._holders.values() if h.is_complete()], interval)
 
+    def visible_parts(self, interval: Interval) -> dict[SegmentId, list[Interval]]:
+        """Per segment visible within ``interval``, the parts where it shows, in time order, never adjacent.
+
+        What Druid's broker sends in each SegmentDescriptor: the interval of the timeline piece, not the segment's
+        own. A partially overshadowed segment shows in several pieces, and a reader must drop its rows outside them.
+        """
+        parts: dict[SegmentId, list[Interval]] = {}
+        for holder in self.lookup(interval):  # pieces of one holder are merged when adjacent: never adjacent here
+            for segment in holder.segments:
+                parts.setdefault(segment.id, []).append(holder.interval)
+        return parts
+
     def lookup_with_incomplete_partitions(self, interval: Interval) -> list[TimelineObjectHolder]:
         """Like `lookup`, but incomplete partition sets take part (and can overshadow)."""
         return _visible(list(self._holders.values()), interval)

@@ -13,8 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sluice.broker.engine import SqlEngine, bind_parameters, lock_down
+from sluice.broker.engine import ClippedFile, SqlEngine, bind_parameters, lock_down
 from sluice.broker.sql import SqlError
+from sluice.segment.segment import Interval
 
 
 @pytest.fixture
@@ -184,3 +185,47 @@ def test_files_storing_time_without_a_zone_read_the_same(tmp_path: Path) -> None
     result = SqlEngine(threads=1).execute("SELECT __time, n FROM t ORDER BY n", {"t": [naive, adjusted]})
     assert result.rows == [*zip(moments, [1, 2, 3]), (datetime(2024, 1, 2), 4)]
     assert result.sql_types == ["TIMESTAMP", "BIGINT"]
+
+
+def _minutes(start: int, end: int) -> Interval:
+    return Interval(datetime(2024, 1, 1, start // 60, start % 60, tzinfo=UTC),
+                    datetime(2024, 1, 1, end // 60, end % 60, tzinfo=UTC))
+
+
+def test_a_clipped_file_shows_only_its_rows_within_its_intervals(segment: str, tmp_path: Path) -> None:
+    """Minutes 10–20 and 40–45 of `segment` (a row a second), beside a whole file storing `__time` without a zone."""
+    naive = str(tmp_path / "naive.parquet")
+    moments = [datetime(2024, 1, 1, 0, 30, s) for s in range(10)]
+    pq.write_table(pa.table({"__time": pa.array(moments, pa.timestamp("ms")), "n": pa.array([1] * 10)}), naive)
+    clipped = ClippedFile(segment, (_minutes(10, 20), _minutes(40, 45)))
+    sql = "SELECT COUNT(*), SUM(n), MIN(__time), MAX(__time) FROM t"
+    result = SqlEngine(threads=1).execute(sql, {"t": [clipped, naive]})
+    kept = [*range(600, 1200), *range(2400, 2700)]
+    assert result.rows == [(900 + 10, sum(kept) + 10, datetime(2024, 1, 1, 0, 10), datetime(2024, 1, 1, 0, 44, 59))]
+
+    only_naive = SqlEngine(threads=1).execute(sql, {"t": [ClippedFile(naive, (_minutes(30, 31),))]}).rows
+    assert only_naive == [(10, 10, moments[0], moments[-1])]
+    assert SqlEngine(threads=1).execute(sql, {"t": [ClippedFile(naive, (_minutes(31, 32),))]}).rows == [
+        (0, None, None, None)]
+
+
+def test_one_file_clipped_differently_answers_differently_from_the_kept_databases(segment: str) -> None:
+    engine = SqlEngine(threads=1)
+    count = "SELECT COUNT(*) FROM t"
+    assert engine.execute(count, {"t": [ClippedFile(segment, (_minutes(0, 1),))]}).rows == [(60,)]
+    assert engine.execute(count, {"t": [ClippedFile(segment, (_minutes(0, 2),))]}).rows == [(120,)]
+    assert engine.execute(count, {"t": [segment]}).rows == [(3000,)]
+    assert engine.execute(count, {"t": [ClippedFile(segment, (_minutes(0, 1),))]}).rows == [(60,)]
+
+
+def test_a_locked_down_connection_over_a_clipped_file_reads_nothing_else(segment: str, tmp_path: Path) -> None:
+    other = tmp_path / "other.parquet"
+    pq.write_table(pa.table({"x": [1]}), str(other))
+    conn = duckdb.connect()
+    lock_down(conn, {"t": [ClippedFile(segment, (_minutes(0, 1),))]})
+
+    assert conn.execute("SELECT COUNT(*) FROM t").fetchall() == [(60,)]
+    with pytest.raises(duckdb.PermissionException):
+        conn.execute(f"SELECT * FROM read_parquet('{other}')")
+    with pytest.raises(duckdb.InvalidInputException, match="locked"):
+        conn.execute("SET enable_external_access = true")

@@ -103,6 +103,45 @@ def test_lookup_with_incomplete_partitions_lets_them_overshadow() -> None:
     assert pieces == [(str(hours(0, 6)), "v1"), (str(hours(6, 12)), "v2"), (str(hours(12, 24)), "v1")]
 
 
+PARTS_CASES = {
+    "a segment shown whole": ([(0, 24, "v1", 0, 0)], {"v1/0": [(0, 24)]}),
+    "a hole in the middle leaves two parts of every partition": (
+        [(0, 24, "v1", 0, 2), (0, 24, "v1", 1, 2), (6, 12, "v2", 0, 0)],
+        {"v1/0": [(0, 6), (12, 24)], "v1/1": [(0, 6), (12, 24)], "v2/0": [(6, 12)]},
+    ),
+    "nested versions clip each other": (
+        [(0, 24, "v1", 0, 0), (4, 20, "v2", 0, 0), (8, 12, "v3", 0, 0)],
+        {"v1/0": [(0, 4), (20, 24)], "v2/0": [(4, 8), (12, 20)], "v3/0": [(8, 12)]},
+    ),
+    "covered by two abutting higher chunks: no part": (
+        [(0, 24, "v1", 0, 0), (0, 12, "v2", 0, 0), (12, 24, "v3", 0, 0)],
+        {"v2/0": [(0, 12)], "v3/0": [(12, 24)]},
+    ),
+    "an incomplete higher version hides nothing": ([(0, 24, "v1", 0, 0), (6, 12, "v2", 0, 2)], {"v1/0": [(0, 24)]}),
+}
+
+
+def parts(tl: VersionedIntervalTimeline, within: Interval = ETERNITY) -> dict[str, list[tuple[int, int]]]:
+    def hour(instant: datetime) -> int:
+        return int((instant - DAY_START) / timedelta(hours=1))
+
+    return {
+        f"{segment_id.version}/{segment_id.partition_num}": [(hour(i.start), hour(i.end)) for i in intervals]
+        for segment_id, intervals in tl.visible_parts(within).items()
+    }
+
+
+@pytest.mark.parametrize(("segments", "expected"), PARTS_CASES.values(), ids=PARTS_CASES.keys())
+def test_visible_parts(segments: list[Seg], expected: dict[str, list[tuple[int, int]]]) -> None:
+    assert parts(timeline(*segments)) == expected
+
+
+def test_visible_parts_are_clipped_to_the_requested_interval() -> None:
+    tl = timeline((0, 24, "v1", 0, 0), (6, 12, "v2", 0, 0))
+    assert parts(tl, hours(3, 9)) == {"v1/0": [(3, 6)], "v2/0": [(6, 9)]}
+    assert parts(tl, hours(13, 14)) == {"v1/0": [(13, 14)]}
+
+
 OVERSHADOWED_CASES = {
     "same interval, higher version": ([(0, 24, "v1", 0, 0), (0, 24, "v1", 1, 0), (0, 24, "v2", 0, 0)], {"v1/0", "v1/1"}),
     "partial overlap keeps the lower version": ([(0, 24, "v1", 0, 0), (6, 12, "v2", 0, 0)], set()),
@@ -207,3 +246,16 @@ def test_fully_overshadowed_means_visible_at_no_instant(segments: list[DataSegme
     }
     expected = {i for key, (_, ids) in holders.items() if key not in survivors for i in ids}
     assert VersionedIntervalTimeline.from_segments(segments).find_fully_overshadowed() == expected
+
+
+@given(segment_sets())
+def test_visible_parts_show_each_segment_exactly_where_its_holder_wins(segments: list[DataSegment]) -> None:
+    holders = _holders(segments)
+    found = VersionedIntervalTimeline.from_segments(segments).visible_parts(ETERNITY)
+    for intervals in found.values():
+        for before, after in zip(intervals, intervals[1:]):
+            assert before.end < after.start  # in time order, apart: adjacent parts would be one
+    for hour in range(GRID_HOURS):
+        shown = {i for i, intervals in found.items() if any(p.contains(hours(hour, hour + 1)) for p in intervals)}
+        winner = _winner(holders, hour, complete_only=True)
+        assert shown == (holders[winner][1] if winner else set())
