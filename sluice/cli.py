@@ -54,9 +54,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.command in roles:
         from sluice.server.node import Node, NodeConfig
 
-        node = Node(NodeConfig(args.host, args.port, args.work_dir, args.metadata_uri, args.deep_storage,
-                               args.spark_master, args.role, getattr(args, "capacity", 2),
-                               getattr(args, "worker_select_strategy", "equalDistribution"), args.emitter))
+        node = Node(NodeConfig(host=args.host, port=args.port, work_dir=args.work_dir, metadata_uri=args.metadata_uri,
+                               deep_storage=args.deep_storage, spark_master=args.spark_master, role=args.role,
+                               capacity=getattr(args, "capacity", 2),
+                               worker_select_strategy=getattr(args, "worker_select_strategy", "equalDistribution"),
+                               emitter=args.emitter))
         node.start()
         print(f"Sluice {args.role.value} serves on http://{args.host}:{args.port} (Ctrl-C to stop)")
         node.lifecycle.join()

@@ -23,7 +23,7 @@ from sluice.overlord.task_client import HttpTaskClient
 from sluice.overlord.worker_select import WorkerInfo, strategy
 from sluice.server.api_worker import WORKER_PREFIX
 from sluice.task.kafka_index_task import KafkaIndexTaskSpec
-from sluice.task.task import TaskSpec, TaskStatus
+from sluice.task.task import StatusListeners, TaskSpec, TaskStatus
 from sluice.timestamps import format_timestamp
 
 log = logging.getLogger(__name__)
@@ -37,11 +37,12 @@ class _Assigned:
     assigned_at: float = field(default_factory=time.monotonic)
 
 
-class HttpRemoteTaskRunner:
+class HttpRemoteTaskRunner(StatusListeners):
     restores_tasks = True  # tasks live in peons on workers, so they outlive an overlord restart
 
     def __init__(self, metadata: MetadataStore, select_strategy: str = "equalDistribution",
                  period: float = 0.5, heartbeat_period: float = HEARTBEAT_PERIOD) -> None:
+        super().__init__()
         self._metadata = metadata
         self._select = strategy(select_strategy)
         self._period = period
@@ -53,7 +54,6 @@ class HttpRemoteTaskRunner:
         self._last_completed: dict[str, float] = {}
         self._ran_on: dict[str, WorkerInfo] = {}  # task id → the worker it was given to (for logs and reports)
         self._unknown: dict[str, set[str]] = {}  # worker id → running task ids the runner never gave it
-        self._listeners: list[Callable[[TaskStatus], None]] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -147,13 +147,7 @@ class HttpRemoteTaskRunner:
                 log.info("shutting down task %s on %s: the task queue does not know it", task_id, worker_id)
                 self._post(worker, f"/task/{task_id}/shutdown")
 
-    def add_listener(self, listener: Callable[[TaskStatus], None]) -> None:
-        with self._lock:
-            self._listeners.append(listener)
 
-    def remove_listener(self, listener: Callable[[TaskStatus], None]) -> None:
-        with self._lock:
-            self._listeners.remove(listener)
 
     def workers(self) -> list[dict[str, Any]]:
         """Druid's GET /druid/indexer/v1/workers shape."""
@@ -266,7 +260,5 @@ class HttpRemoteTaskRunner:
             self._complete[status.id] = status
             if worker_id:
                 self._last_completed[worker_id] = time.time()
-            listeners = list(self._listeners)
         log.info("task %s finished: %s %s", status.id, status.status_code, status.error_msg or "")
-        for listener in listeners:
-            listener(status)
+        self._notify(status)

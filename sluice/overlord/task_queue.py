@@ -20,7 +20,7 @@ from typing import Any, Callable, Protocol
 from sluice.emitter import ServiceEmitter, metrics
 from sluice.metadata.store import MetadataStore
 from sluice.overlord.lockbox import LockTask, TaskLockbox
-from sluice.task.task import TaskFailure, TaskSpec, TaskStatus, task_from_json
+from sluice.task.task import StatusListeners, TaskFailure, TaskSpec, TaskStatus, task_from_json
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +45,10 @@ class Runner(Protocol):
     def add_listener(self, listener: Callable[[TaskStatus], None]) -> None: ...
 
 
-class TaskQueue:
+class TaskQueue(StatusListeners):
     def __init__(self, metadata: MetadataStore, runner: Runner, emitter: ServiceEmitter,
                  max_size: int = 2**31 - 1, period: float = 1.0) -> None:
+        super().__init__()
         self._metadata = metadata
         self._emitter = emitter
         self.lockbox = TaskLockbox(metadata, metadata.max_segment_version)
@@ -56,7 +57,6 @@ class TaskQueue:
         self._period = period
         self._tasks: dict[str, TaskSpec] = {}
         self._given: set[str] = set()  # handed to the runner
-        self._listeners: list[Callable[[TaskStatus], None]] = []
         self.counts: Counter[str] = Counter()  # SUCCESS / FAILED since start (Druid's task/success|failed/count)
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -150,7 +150,6 @@ class TaskQueue:
                 return
             self._given.discard(status.id)
             self.counts[status.status_code] += 1
-            listeners = list(self._listeners)
         self.lockbox.remove(lock_task(spec))
         self._store(status)
         dimensions = {metrics.DATASOURCE: spec.data_source, metrics.TASK_ID: spec.id, metrics.TASK_TYPE: spec.type}
@@ -158,8 +157,7 @@ class TaskQueue:
                              **{metrics.TASK_STATUS: status.status_code})
         self._emitter.metric(metrics.TASK_SUCCESS_COUNT if status.status_code == "SUCCESS" else metrics.TASK_FAILED_COUNT,
                              1, **dimensions)
-        for listener in listeners:
-            listener(status)
+        self._notify(status)
 
     def _store(self, status: TaskStatus) -> None:
         self._metadata.set_task_status(status.id, status.to_json(), active=False)
@@ -179,11 +177,5 @@ class TaskQueue:
     def client(self, task_id: str) -> Any:
         return self.runner.client(task_id)
 
-    def add_listener(self, listener: Callable[[TaskStatus], None]) -> None:
-        with self._lock:
-            self._listeners.append(listener)
 
-    def remove_listener(self, listener: Callable[[TaskStatus], None]) -> None:
-        with self._lock:
-            self._listeners.remove(listener)
 

@@ -10,7 +10,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
     from sluice.task.kafka_index_task import TaskToolbox
@@ -69,6 +69,29 @@ class RunnableTask(Protocol):
     def run(self) -> TaskStatus: ...
     def stop(self) -> None: ...
     def report(self, status: TaskStatus | None = None) -> dict[str, Any]: ...
+
+
+class StatusListeners:
+    """Who hears that a task finished (the queue hears its runner, supervisors hear the queue): a base of
+    the task runners and the task queue. Listeners are called outside any lock of the notifier."""
+
+    def __init__(self) -> None:
+        self._listeners: list[Callable[[TaskStatus], None]] = []
+        self._listeners_lock = threading.Lock()
+
+    def add_listener(self, listener: Callable[[TaskStatus], None]) -> None:
+        with self._listeners_lock:
+            self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[TaskStatus], None]) -> None:
+        with self._listeners_lock:
+            self._listeners.remove(listener)
+
+    def _notify(self, status: TaskStatus) -> None:
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(status)
 
 
 @dataclass(frozen=True)

@@ -13,21 +13,21 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sluice.task.kafka_index_task import KafkaIndexTask, TaskToolbox
-from sluice.task.task import RunnableTask, TaskSpec, TaskStatus, create_task, write_task_file
+from sluice.task.task import RunnableTask, StatusListeners, TaskSpec, TaskStatus, create_task, write_task_file
 from sluice.worker.peon import STATUS_FILE, TASK_FILE, read_report
 
 log = logging.getLogger(__name__)
 
 
-class ThreadTaskRunner:
+class ThreadTaskRunner(StatusListeners):
     restores_tasks = False
 
     def __init__(self, toolbox_factory: Callable[[Path], TaskToolbox], tasks_dir: Path) -> None:
+        super().__init__()
         self._toolbox_factory = toolbox_factory
         self._tasks_dir = tasks_dir
         self._tasks: dict[str, RunnableTask] = {}
         self._statuses: dict[str, TaskStatus] = {}
-        self._listeners: list[Callable[[TaskStatus], None]] = []
         self._lock = threading.Lock()
 
     def task_dir(self, task_id: str) -> Path:
@@ -49,10 +49,8 @@ class ThreadTaskRunner:
         with self._lock:
             self._statuses[status.id] = status
             self._tasks.pop(status.id, None)
-            listeners = list(self._listeners)
         log.info("task %s finished: %s %s", status.id, status.status_code, status.error_msg or "")
-        for listener in listeners:
-            listener(status)
+        self._notify(status)
 
     def status(self, task_id: str) -> TaskStatus | None:
         with self._lock:
@@ -90,13 +88,7 @@ class ThreadTaskRunner:
         with self._lock:
             return list(self._tasks.values())
 
-    def add_listener(self, listener: Callable[[TaskStatus], None]) -> None:
-        with self._lock:
-            self._listeners.append(listener)
 
-    def remove_listener(self, listener: Callable[[TaskStatus], None]) -> None:
-        with self._lock:
-            self._listeners.remove(listener)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Process shutdown: stop every task (nothing unpublished is committed) and wait for them."""

@@ -72,6 +72,7 @@ class StreamSupervisor:
         self._stream: KafkaStream | None = None
         # what the status report shows, refreshed by every run
         self._runs = 0
+        self._discovering = False
         self._stopping = False
         self._latest_offsets: dict[int, int] = {}
         self._offsets_updated: datetime | None = None
@@ -238,13 +239,14 @@ class StreamSupervisor:
 
     def _run_once(self) -> None:
         try:
-            observation = self._observe()
-        except StreamError as error:
-            self._stream_error = str(error)
-            self._record_error("StreamException", str(error), stream=True)
-            return
-        try:
-            if not self._discover_tasks():
+            self._discovering = not self._discover_tasks()
+            if self._discovering:
+                return  # adopted tasks must be in the groups before their statuses are observed
+            try:
+                observation = self._observe()
+            except StreamError as error:
+                self._stream_error = str(error)
+                self._record_error("StreamException", str(error), stream=True)
                 return
             decided = plan(self.state, observation, self.config)
             self.state = decided.state
@@ -360,6 +362,8 @@ class StreamSupervisor:
             return "UNHEALTHY_SUPERVISOR", "UNHEALTHY_SUPERVISOR"
         if len(self._task_outcomes) == TASK_UNHEALTHINESS_THRESHOLD and set(self._task_outcomes) == {"FAILED"}:
             return "UNHEALTHY_TASKS", "UNHEALTHY_TASKS"
+        if self._discovering:
+            return "PENDING", "DISCOVERING_INITIAL_TASKS"
         if self._runs == 0:
             return "PENDING", "PENDING"
         return "RUNNING", "RUNNING"
