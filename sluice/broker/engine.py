@@ -142,6 +142,13 @@ class SqlEngine:
             raise SqlError.timeout() from e
         except duckdb.IOException as e:
             raise SegmentFileGone(_first_line(e)) from e
+        except duckdb.PermissionException as e:
+            # DuckDB reads a path that no longer exists as a folder to glob, which the sandbox refuses
+            gone = next((path for name in query.data_sources for path in map(_path, tables[name])
+                         if not os.path.exists(path)), None)
+            if gone is not None:
+                raise SegmentFileGone(f"Segment file {gone} no longer exists") from e
+            raise _sql_error(e) from e
         except duckdb.OutOfMemoryException as e:
             raise SqlError.resource_limit(
                 f"Query needs more memory than the broker's limit of {self._memory_limit}: {_first_line(e)}") from e

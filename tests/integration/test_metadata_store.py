@@ -93,7 +93,8 @@ def test_tables_carry_druids_names_and_creation_is_idempotent(store: MetadataSto
     engine = create_engine(store.uri)
     names = {name.lower() for name in inspect(engine).get_table_names()}
     engine.dispose()
-    assert names == {"druid_segments", "druid_pendingsegments", "druid_datasource", "druid_supervisors", "druid_tasks"}
+    assert names == {"druid_segments", "druid_pendingsegments", "druid_datasource", "druid_supervisors", "druid_tasks",
+                     "druid_tasklocks", "sluice_announcements"}
 
 
 # -- publish: compare-and-swap of the stream offsets --------------------------------------------

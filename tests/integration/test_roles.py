@@ -56,8 +56,10 @@ def test_tasks_wait_for_a_free_slot_run_in_peons_and_report_through_the_overlord
         assert overlord.post(f"{TASKS}/task", json=noop("noop_a", 4000)).json() == {"task": "noop_a"}
         assert overlord.post(f"{TASKS}/task", json=noop("noop_b", 200)).json() == {"task": "noop_b"}
 
-        running = wait_for(lambda: overlord.get(f"{TASKS}/runningTasks").json(), 30, "noop_a running")
-        assert [t["id"] for t in running] == ["noop_a"] and running[0]["location"]["port"] > 0
+        # a task is running before its peon has said where it serves (Druid's TaskLocation.unknown(): port -1)
+        running = wait_for(lambda: [t for t in overlord.get(f"{TASKS}/runningTasks").json()
+                                    if t["location"]["port"] > 0], 30, "noop_a running at a known location")
+        assert [t["id"] for t in running] == ["noop_a"]
         assert [t["id"] for t in overlord.get(f"{TASKS}/pendingTasks").json()] == ["noop_b"]
         workers = overlord.get(f"{TASKS}/workers").json()
         assert [(w["worker"]["host"], w["worker"]["capacity"], w["currCapacityUsed"], w["runningTasks"])

@@ -229,3 +229,12 @@ def test_a_locked_down_connection_over_a_clipped_file_reads_nothing_else(segment
         conn.execute(f"SELECT * FROM read_parquet('{other}')")
     with pytest.raises(duckdb.InvalidInputException, match="locked"):
         conn.execute("SET enable_external_access = true")
+
+
+def test_a_file_gone_since_the_files_were_chosen_is_reported_as_gone_not_as_a_user_error(segment: str) -> None:
+    engine = SqlEngine(threads=1)
+    assert engine.execute("SELECT COUNT(*) FROM t", {"t": [segment]}).rows == [(3000,)]
+    Path(segment).unlink()  # a realtime persist handed off, or a segment dropped, between two queries
+    with pytest.raises(SqlError) as caught:
+        engine.execute("SELECT COUNT(*) FROM t", {"t": [segment]})
+    assert caught.value.status == 500 and f"Segment file {segment} no longer exists" in str(caught.value.to_json())
