@@ -113,16 +113,19 @@ def free_port() -> int:
 # ------------------------------------------------------------------------------------------------ memory
 
 def _role(process: psutil.Process, root_pid: int) -> str:
-    """Which part of a Spark process tree a process is: the driver, the JVM, or Spark's Python workers."""
+    """Which part of a Spark process tree a process is: the driver, the JVM, or Spark's Python workers.
+
+    Read from the command line, which stays put, where a process's name can read differently mid-exit.
+    """
     if process.pid == root_pid:
         return "driver"
     try:
-        if "java" in process.name():
-            return "jvm"
-        command = " ".join(process.cmdline())
+        command = process.cmdline()
     except psutil.Error:
         return "other"
-    if "pyspark.daemon" in command or "pyspark.worker" in command:
+    if command and Path(command[0]).name == "java":
+        return "jvm"
+    if any("pyspark.daemon" in part or "pyspark.worker" in part for part in command):
         return "python_workers"
     return "other"
 
@@ -141,6 +144,7 @@ class RssSampler:
         self.timeline: list[tuple[float, int]] = []  # (monotonic time, total RSS bytes)
         self.peak_total = 0
         self.peak_by_role: dict[str, int] = {}
+        self.peak_count_by_role: dict[str, int] = {}  # processes of a role alive at once
         self._cpu_by_pid: dict[int, float] = {}
         self.large_other: dict[str, int] = {}  # command line -> peak RSS, for processes of no known role
         self._stop = threading.Event()
@@ -173,6 +177,7 @@ class RssSampler:
         except psutil.Error:
             return
         by_role: dict[str, int] = {}
+        count_by_role: dict[str, int] = {}
         for process in processes:
             try:
                 with process.oneshot():
@@ -183,6 +188,7 @@ class RssSampler:
                 continue
             role = _role(process, self.pid)
             by_role[role] = by_role.get(role, 0) + rss
+            count_by_role[role] = count_by_role.get(role, 0) + 1
             if role == "other" and rss > 100 * MB:
                 self._note_other(process, rss)
         total = sum(by_role.values())
@@ -192,6 +198,7 @@ class RssSampler:
         self.peak_total = max(self.peak_total, total)
         for role, rss in by_role.items():
             self.peak_by_role[role] = max(self.peak_by_role.get(role, 0), rss)
+            self.peak_count_by_role[role] = max(self.peak_count_by_role.get(role, 0), count_by_role[role])
 
     def _note_other(self, process: psutil.Process, rss: int) -> None:
         """Remember what a big process outside the known roles is, so the figures can be explained."""
@@ -214,6 +221,7 @@ class RssSampler:
         return {
             "peak_rss_mb": round(self.peak_total / MB),
             "peak_rss_by_role_mb": {role: round(rss / MB) for role, rss in sorted(self.peak_by_role.items())},
+            "peak_processes_by_role": dict(sorted(self.peak_count_by_role.items())),
             "cpu_s": round(sum(self._cpu_by_pid.values()), 1),
             **({"large_other_processes_mb": {k: round(v / MB) for k, v in self.large_other.items()}}
                if self.large_other else {}),
@@ -342,7 +350,8 @@ def sql_rows(http: httpx.Client, query: str) -> list[list[Any]] | None:
     response = http.post("/druid/v2/sql", json={"query": query, "resultFormat": "array"})
     if response.status_code == 400 and "not found" in response.text:
         return None
-    response.raise_for_status()
+    if response.is_error:
+        raise RuntimeError(f"{query}: HTTP {response.status_code} {response.text[:500]}")
     return response.json()
 
 

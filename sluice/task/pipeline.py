@@ -56,17 +56,25 @@ class IngestPipeline:
         )
 
     def typed_rows(self, raw: DataFrame) -> DataFrame:
-        """Raw records -> typed rows with `__unparseable`, `__thrown`, `__perr` and `__bytes` flags."""
+        """Raw records -> typed rows with `__unparseable`, `__thrown`, `__perr`, `__bytes` and `__sample`.
+
+        `__sample` ("partition=P offset=O: text") is built only for unparseable rows: built for every row,
+        its copy of the record text cost more than the rest of the parse.
+        """
         plan = self.plan
         parsed = raw.select(
+            F.col("partition").alias("__partition"),
+            F.col("offset").alias("__offset"),
+            F.col("value").alias("__value"),
             F.coalesce(F.octet_length("value"), F.lit(0)).cast("bigint").alias("__bytes"),
-            F.concat(F.lit("partition="), "partition", F.lit(" offset="), "offset", F.lit(": "),
-                     F.substring(F.col("value").cast("string"), 1, 300)).alias("__where"),
             F.from_json(F.col("value").cast("string"), plan.json_schema_ddl,
                         {"columnNameOfCorruptRecord": CORRUPT_COLUMN}).alias("__r"),
-        ).select("__bytes", "__where", F.col("__r").isNull().alias("__null_record"), "__r.*")
+        ).select("__partition", "__offset", "__value", "__bytes", F.col("__r").isNull().alias("__null_record"), "__r.*")
         rows = parsed.withColumn(TIME, F.expr(plan.time_sql)).withColumn(
             "__unparseable", F.expr(f"__null_record OR `{CORRUPT_COLUMN}` IS NOT NULL OR `{TIME}` IS NULL"))
+        rows = rows.withColumn("__sample", F.when(F.col("__unparseable"), F.concat(
+            F.lit("partition="), "__partition", F.lit(" offset="), "__offset", F.lit(": "),
+            F.substring(F.col("__value").cast("string"), 1, 300))))
         if plan.transforms:
             rows = rows.withColumns({name: F.expr(sql) for name, sql in plan.transforms.items()})
         # Druid checks the window on the transformed timestamp, like the filter sees transformed columns
@@ -96,9 +104,9 @@ class IngestPipeline:
             F.count_if(F.expr("NOT __unparseable AND NOT __thrown AND __perr")).alias("processedWithError"),
             F.count_if(F.expr("NOT __unparseable AND NOT __thrown AND NOT __perr")).alias("processed"),
             F.coalesce(F.sum("__bytes"), F.lit(0)).alias("processedBytes"),
-            F.min(F.when(F.expr("__unparseable"), F.col("__where"))).alias("sample"),
+            F.min("__sample").alias("sample"),
         )
-        self.rolled_up(rows).coalesce(1).write.mode("overwrite").parquet(str(persist_dir))
+        self.rolled_up(rows).write.mode("overwrite").parquet(str(persist_dir))
         metrics = observation.get
         stats = RowStats(
             processed=metrics["processed"],
@@ -114,15 +122,15 @@ class IngestPipeline:
         """Combine the persists (rolled-up rows merge again) into files of at most maxRowsPerSegment rows,
         one or more per segmentGranularity bucket."""
         plan = self.plan
-        rows = self.spark.read.parquet(*(str(d) for d in persist_dirs))
-        if plan.rollup:
-            rows = rows.groupBy(*_columns(TIME, *plan.dimensions)).agg(
-                *(F.expr(a) for a in plan.rollup_aggregations(True)))
         bucket = F.expr(f"unix_millis({segment_granularity.spark_sql(f'`{TIME}`')})")
+        rows = self.spark.read.parquet(*(str(d) for d in persist_dirs)).withColumn("__bucket", bucket)
+        # one shuffle: rows partitioned by bucket are already clustered for a rollup whose keys include it
+        rows = rows.repartition("__bucket")
+        if plan.rollup and len(persist_dirs) > 1:  # one persist is rolled up already
+            rows = rows.groupBy(F.col("__bucket"), *_columns(TIME, *plan.dimensions)).agg(
+                *(F.expr(a) for a in plan.rollup_aggregations(True)))
         (
-            rows.withColumn("__bucket", bucket)
-            .repartition("__bucket")
-            .sortWithinPartitions("__bucket", TIME)
+            rows.sortWithinPartitions("__bucket", TIME)
             .write.mode("overwrite")
             .option("maxRecordsPerFile", max_rows_per_segment)
             .partitionBy("__bucket")

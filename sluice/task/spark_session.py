@@ -10,6 +10,9 @@ import sys
 
 from pyspark.sql import SparkSession
 
+#: G1 with a fixed young generation and a heap that shrinks to what is live (see get_or_create)
+_JVM_OPTIONS = "-XX:+UseG1GC -Xmn256m -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=20 -XX:G1PeriodicGCInterval=5000"
+
 
 def get_or_create(master: str = "local[*]", app_name: str = "sluice") -> SparkSession:
     """Return the process's SparkSession, creating it with Sluice's settings on first use.
@@ -25,6 +28,13 @@ def get_or_create(master: str = "local[*]", app_name: str = "sluice") -> SparkSe
     TIMESTAMP_MILLIS (UTC-adjusted, Druid's precision) rather than legacy INT96. Column names are
     case-sensitive, as Druid's are. Adaptive execution is off: ingestion jobs are small and fixed in
     shape, and with it on an observed rollup over zero surviving rows fails in `Observation.get`.
+
+    Memory: a task's rows in flight are bounded by maxRowsInMemory, but the JVM's footprint is set by
+    its garbage collector. G1 sizes the young generation to the allocation rate and grew the heap to
+    its 2 GB cap within a few reads whatever maxRowsInMemory said; a fixed young generation leaves
+    the heap at what is live (the reads' aggregation pages and Parquet buffers), the free-ratio
+    bounds let it shrink back, and the periodic collection returns memory while tasks are idle. The
+    status store keeps a few jobs instead of a thousand: a node runs a job per read for days.
     """
     os.environ["PYSPARK_PYTHON"] = sys.executable
     session = (
@@ -40,6 +50,10 @@ def get_or_create(master: str = "local[*]", app_name: str = "sluice") -> SparkSe
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.ui.enabled", "false")
         .config("spark.driver.memory", "2g")
+        .config("spark.driver.extraJavaOptions", _JVM_OPTIONS)
+        .config("spark.ui.retainedJobs", "50")
+        .config("spark.ui.retainedStages", "50")
+        .config("spark.sql.ui.retainedExecutions", "20")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .getOrCreate()
     )

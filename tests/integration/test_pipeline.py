@@ -397,6 +397,19 @@ def test_merge_splits_files_at_max_rows_per_segment_within_each_bucket(two_persi
     assert all(f.path.exists() for f in files)
 
 
+def test_merge_of_one_persist_splits_its_rolled_up_rows_into_buckets(spark, two_persists, tmp_path):
+    p, dirs, _ = two_persists
+    files = p.merge(dirs[:1], parse_granularity("HOUR"), 100, tmp_path / "staging")
+    assert [(f.bucket_start_millis, f.num_rows) for f in files] == [(ms("2024-01-01T00:00"), 2),
+                                                                   (ms("2024-01-01T01:00"), 1)]
+    merged = spark.read.parquet(*(str(f.path) for f in files)).select("__time", "page", "count", "sum", "min", "max")
+    assert table(merged) == [
+        {"__time": ms("2024-01-01T00:00"), "page": "a", "count": 2, "sum": 6, "min": 1, "max": 5},
+        {"__time": ms("2024-01-01T00:05"), "page": "a", "count": 1, "sum": 2, "min": 2, "max": 2},
+        {"__time": ms("2024-01-01T01:10"), "page": "a", "count": 1, "sum": 8, "min": 8, "max": 8},
+    ]
+
+
 def test_merge_without_rollup_keeps_every_row_of_every_persist(spark, tmp_path):
     p = pipeline(spark, metricsSpec=[{"type": "count", "name": "count"}], granularitySpec={"rollup": False})
     same = event("2024-01-01T00:00:00Z", page="a")
