@@ -26,19 +26,25 @@ class TimestampSpec(SpecModel):
     def _known_format(cls, value: str) -> str:
         if value.lower() in TIMESTAMP_FORMATS:
             return value.lower()
-        if not _is_joda_pattern(value):
+        letters = _pattern_letters(value)
+        if not letters or not letters <= _JODA_LETTERS:
             raise ValueError(f"unknown timestamp format {value!r}; expected {', '.join(TIMESTAMP_FORMATS)} or a Joda pattern")
+        if unparsed := sorted(letters & _NOT_PARSED_BY_SPARK):
+            raise ValueError(f"Joda pattern letters {', '.join(unparsed)} are not supported yet: Spark's parser "
+                             "reads no century, week-based field or day-of-week name")
         return value
 
 
 #: the pattern letters of Joda-Time's DateTimeFormat; text in single quotes is literal
 _JODA_LETTERS = set("GCYxwweEyDMdaKhHkmsSzZ")
+#: Joda letters Spark cannot parse: it rejects these fields (or fails the job), and its `x` is a zone offset
+#: where Joda's is the weekyear, so every row would be unparseable; a 400 now beats tasks that fail later
+_NOT_PARSED_BY_SPARK = set("CxweE")
 
 
-def _is_joda_pattern(value: str) -> bool:
+def _pattern_letters(value: str) -> set[str]:
     unquoted = "".join(part for i, part in enumerate(value.split("'")) if i % 2 == 0)
-    letters = {c for c in unquoted if c.isalpha()}
-    return bool(letters) and letters <= _JODA_LETTERS
+    return {c for c in unquoted if c.isalpha()}
 
 
 DimensionType = Literal["string", "long", "float", "double"]
@@ -52,6 +58,16 @@ class DimensionSpec(SpecModel):
 
 
 class DimensionsSpec(SpecModel):
+    """The columns a row keeps as dimensions.
+
+    dimensionExclusions steer only Druid's schemaless discovery, which Sluice does not do, so next to the
+    explicit dimension list Sluice requires they drop nothing. Druid also keeps the timestamp column and
+    every aggregator's input and output out of discovery (unless they are listed as dimensions), so that a
+    field already read into `__time` or a metric does not come back as a string dimension; an explicit list
+    cannot bring them back, so Sluice adds no such exclusions. What remains is Druid's check that no column
+    is both listed and excluded: a spec Druid refuses must not run here.
+    """
+
     dimensions: list[DimensionSpec] = Field(default_factory=list, validate_default=True)
     dimension_exclusions: list[str] = Field(default_factory=list)
 
@@ -67,6 +83,15 @@ class DimensionsSpec(SpecModel):
     def _not_schemaless(cls, value: list[DimensionSpec]) -> list[DimensionSpec]:
         if not value:
             raise ValueError("schemaless ingestion (an empty dimensions list) is not supported yet; list the dimensions")
+        return value
+
+    @field_validator("dimension_exclusions")
+    @classmethod
+    def _exclusions_are_not_dimensions(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        # validated after `dimensions` (declared first); names compare exactly, as Druid's do
+        dimensions = {d.name for d in info.data.get("dimensions", [])}
+        if overlap := [name for name in value if name in dimensions]:
+            raise ValueError(f"dimensions and dimensions exclusions cannot overlap; in both: {', '.join(overlap)}")
         return value
 
 

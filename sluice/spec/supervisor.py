@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import Field, ValidationError, ValidationInfo, field_serializer, field_validator
+from pydantic import AfterValidator, Field, ValidationError, ValidationInfo, field_serializer, field_validator
 
 from sluice.spec.data_schema import DataSchema
 from sluice.spec.errors import SpecError, from_validation_error
@@ -100,10 +100,24 @@ class KafkaIOConfig(PeriodField):
         return value
 
 
+def _no_incremental_handoff(value: int | None) -> int | None:
+    """maxTotalRows makes a Druid task hand off early, once it holds that many rows; Sluice's tasks publish
+    only at taskDuration, so honouring the spec means refusing a limit it would not keep. Null (Druid's
+    serialized default) is accepted so that a spec read from Druid can be posted as it is."""
+    if value is not None:
+        raise ValueError("not supported yet: incremental handoff (a task publishing once it holds maxTotalRows "
+                         "rows); tasks publish at taskDuration, so remove maxTotalRows or set it to null")
+    return value
+
+
+#: Druid's maxTotalRows, accepted only while it asks for nothing
+MaxTotalRows = Annotated[int | None, AfterValidator(_no_incremental_handoff)]
+
+
 class PartitionsSpec(SpecModel):
     type: Literal["dynamic"]
     max_rows_per_segment: int | None = Field(None, ge=1)
-    max_total_rows: int | None = Field(None, ge=1)
+    max_total_rows: MaxTotalRows = None
 
 
 class KafkaTuningConfig(PeriodField):
@@ -113,7 +127,7 @@ class KafkaTuningConfig(PeriodField):
     #: the most input bytes one Spark read job takes in; 0 = default (no byte cap beyond the row cap), -1 = none
     max_bytes_in_memory: int = Field(0, ge=-1)
     max_rows_per_segment: int = Field(5_000_000, ge=1)
-    max_total_rows: int | None = Field(None, ge=1)
+    max_total_rows: MaxTotalRows = None
     partitions_spec: PartitionsSpec | None = None
     intermediate_persist_period: timedelta = timedelta(minutes=10)
     max_parse_exceptions: int = Field(MAX_INT, ge=0)

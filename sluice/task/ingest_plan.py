@@ -8,6 +8,7 @@ free of Spark (its output is plain text that tests can read).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -166,6 +167,24 @@ def _parse_timestamp(raw: str, fmt: str) -> str:
     return f"to_timestamp({raw}, {string_literal(joda_to_spark_pattern(fmt))})"
 
 
+#: a quoted literal, or a run of one pattern letter
+_JODA_TOKEN = re.compile(r"'[^']*'|([A-Za-z])\1*")
+
+
 def joda_to_spark_pattern(pattern: str) -> str:
-    """Joda-Time and Spark's datetime patterns agree on the common letters; Joda's `ZZ` is Spark's `XXX`."""
-    return pattern.replace("ZZ", "XXX")
+    """Joda-Time's pattern in Spark's letters, which agree except for two fields.
+
+    Joda's `Y` is the year of era, Spark's a week-based year it refuses to parse: it becomes `y`. Joda's zone
+    reads `Z` (+0800 or Z), `ZZ` (+08:00 or Z) and `ZZZ` and longer (a zone id); Spark's `Z` does not read
+    "Z", so they become `XX`, `XXX` and `VV`. Quoted text is literal in both. Letters Spark cannot parse at
+    all are refused by TimestampSpec.
+    """
+    def spark_token(token: re.Match[str]) -> str:
+        text = token.group()
+        if text[0] == "Y":
+            return "y" * len(text)
+        if text[0] == "Z":
+            return {1: "XX", 2: "XXX"}.get(len(text), "VV")
+        return text
+
+    return _JODA_TOKEN.sub(spark_token, pattern)

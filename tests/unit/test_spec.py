@@ -10,8 +10,11 @@ from typing import Any, Callable
 
 import pytest
 from hypothesis import given
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 from hypothesis import strategies as st
 
+from sluice.server.api_supervisor import supervisor_router
 from sluice.spec import SpecError, parse_supervisor_spec
 from sluice.spec.periods import format_period, parse_period
 
@@ -230,6 +233,29 @@ def test_report_parse_exceptions_means_no_parse_exception_is_allowed():
     assert spec.spec.tuning_config.effective_max_parse_exceptions() == 0
 
 
+def test_max_total_rows_null_as_druid_serializes_it_is_accepted():
+    spec = parse_supervisor_spec(changed(MINIMAL, "spec.tuningConfig", {
+        "type": "kafka", "maxTotalRows": None, "partitionsSpec": {"type": "dynamic", "maxTotalRows": None}}))
+    assert spec.spec.tuning_config.max_total_rows is None
+    assert spec.spec.tuning_config.partitions_spec.max_total_rows is None
+
+
+@pytest.mark.parametrize("exclusions", [
+    pytest.param(["__time", "time"], id="druid-serialized-form"),
+    pytest.param(["time", "added", "count"], id="timestamp-and-metric-columns"),
+    pytest.param(["Channel", "ip"], id="names-compare-exactly"),
+])
+def test_exclusions_that_are_not_dimensions_are_accepted_and_change_no_dimension(exclusions):
+    """Druid's GET form lists `__time` and the timestamp column as exclusions: posting it back must work."""
+    payload = example()
+    payload["spec"]["dataSchema"]["dimensionsSpec"]["dimensionExclusions"] = exclusions
+    spec = parse_supervisor_spec(payload)
+    dimensions_spec = spec.spec.data_schema.dimensions_spec
+    assert dimensions_spec.dimension_exclusions == exclusions
+    assert dimensions_spec.dimensions == parse_supervisor_spec(example()).spec.data_schema.dimensions_spec.dimensions
+    assert spec.to_json()["spec"]["dataSchema"]["dimensionsSpec"]["dimensionExclusions"] == exclusions
+
+
 def test_partitions_spec_max_rows_per_segment_wins():
     spec = parse_supervisor_spec(changed(MINIMAL, "spec.tuningConfig", {
         "type": "kafka", "maxRowsPerSegment": 10, "partitionsSpec": {"type": "dynamic", "maxRowsPerSegment": 7}}))
@@ -327,6 +353,10 @@ INVALID = [
      "spec.dataSchema.granularitySpec.intervals", "intervals are not used by streaming ingestion"),
     ("spec.dataSchema.timestampSpec", {"column": "ts", "format": "rfc1123"},
      "spec.dataSchema.timestampSpec.format", "unknown timestamp format 'rfc1123'"),
+    ("spec.dataSchema.timestampSpec", {"column": "ts", "format": "EEE, dd MMM yyyy HH:mm:ss Z"},
+     "spec.dataSchema.timestampSpec.format", "Joda pattern letters E are not supported yet"),
+    ("spec.dataSchema.timestampSpec", {"column": "ts", "format": "xxxx-'W'ww-e"},
+     "spec.dataSchema.timestampSpec.format", "Joda pattern letters e, w, x are not supported yet"),
     ("spec.dataSchema.timestampSpec", {"column": "ts", "missingValue": "not a date"},
      "spec.dataSchema.timestampSpec.missingValue", "valid datetime"),
     ("spec.tuningConfig", {"type": "kafka", "indexSpec": {"bitmap": {"type": "roaring"}}},
@@ -361,6 +391,17 @@ INVALID = [
     ("spec.dataSchema.transformSpec",
      {"transforms": [{"type": "expression", "name": "x", "expression": "page +"}]},
      "spec.dataSchema.transformSpec.transforms[0].expression", "ends unexpectedly"),
+    ("spec.dataSchema.dimensionsSpec", {"dimensions": ["page", "user"], "dimensionExclusions": ["ip", "user"]},
+     "spec.dataSchema.dimensionsSpec.dimensionExclusions",
+     "dimensions and dimensions exclusions cannot overlap; in both: user"),
+    ("spec.dataSchema.dimensionsSpec",
+     {"dimensions": ["page", {"name": "n", "type": "long"}], "dimensionExclusions": ["n", "page"]},
+     "spec.dataSchema.dimensionsSpec.dimensionExclusions",
+     "dimensions and dimensions exclusions cannot overlap; in both: n, page"),
+    ("spec.tuningConfig", {"type": "kafka", "maxTotalRows": 20_000_000},
+     "spec.tuningConfig.maxTotalRows", "not supported yet: incremental handoff"),
+    ("spec.tuningConfig", {"type": "kafka", "partitionsSpec": {"type": "dynamic", "maxTotalRows": 1000}},
+     "spec.tuningConfig.partitionsSpec.maxTotalRows", "not supported yet: incremental handoff"),
     ("type", "kinesis",
      "type", "supervisor type 'kinesis' is not supported"),
 ]
@@ -373,6 +414,33 @@ def test_invalid_spec_names_the_field(field, value, path, message):
     assert error.path == path
     assert message in error.message
     assert str(error) == f"{error.path}: {error.message}"
+
+
+class RecordingSupervisors:
+    """Stands in for the SupervisorManager: a rejected spec must never reach it."""
+
+    def __init__(self) -> None:
+        self.submitted: list[Any] = []
+
+    def create_or_update(self, spec: Any, skip_restart_if_unmodified: bool = False) -> None:
+        self.submitted.append(spec)
+
+
+@pytest.mark.parametrize("field, value, error", [
+    ("spec.dataSchema.dimensionsSpec", {"dimensions": ["page"], "dimensionExclusions": ["page"]},
+     "spec.dataSchema.dimensionsSpec.dimensionExclusions: dimensions and dimensions exclusions cannot overlap; "
+     "in both: page"),
+    ("spec.tuningConfig", {"type": "kafka", "maxTotalRows": 1000},
+     "spec.tuningConfig.maxTotalRows: not supported yet: incremental handoff"),
+])
+def test_the_supervisor_api_answers_400_naming_the_field_and_starts_nothing(field, value, error):
+    supervisors = RecordingSupervisors()
+    app = FastAPI()
+    app.include_router(supervisor_router(supervisors))  # type: ignore[arg-type]
+    response = TestClient(app).post("/druid/indexer/v1/supervisor", json=changed(MINIMAL, field, value))
+    assert response.status_code == 400
+    assert response.json()["error"].startswith(error)
+    assert supervisors.submitted == []
 
 
 def test_a_spec_that_is_not_an_object_is_rejected():
@@ -398,6 +466,10 @@ LEGACY_INVALID = [
      "ioConfig.topic", "Field required"),
     ("tuningConfig.indexSpec", {},
      "tuningConfig.indexSpec", DOES_NOT_SUPPORT),
+    ("dataSchema.parser.parseSpec.dimensionsSpec", {"dimensions": ["channel"], "dimensionExclusions": ["channel"]},
+     "dataSchema.parser.parseSpec.dimensionsSpec.dimensionExclusions", "cannot overlap; in both: channel"),
+    ("tuningConfig.maxTotalRows", 5000,
+     "tuningConfig.maxTotalRows", "not supported yet: incremental handoff"),
 ]
 
 

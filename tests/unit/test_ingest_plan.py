@@ -1,0 +1,216 @@
+"""The dataSchema compiled to Spark SQL: spec JSON in -> the Spark SQL text a task runs out, without Spark.
+
+What the SQL does on Spark is tested in tests/integration/test_pipeline.py; here every timestampSpec format,
+every aggregator (its ingest and its combine form) and every dimension type is pinned to its text, and the
+combine rule is checked on DuckDB: rolling up persists and merging them equals one rollup of every row.
+"""
+
+from __future__ import annotations
+
+from typing import Any, get_args
+
+import duckdb
+import pytest
+import sqlglot
+
+from sluice.spec.data_schema import AggregatorType, DataSchema, TimestampSpec
+from sluice.task.ingest_plan import IngestPlan, compile_plan, joda_to_spark_pattern, timestamp_sql
+
+
+def plan(**data_schema: Any) -> IngestPlan:
+    """The plan of `{dataSource: events, timestampSpec: {column: ts}, dimensions: [page]}`, these fields replaced."""
+    spec = {"dataSource": "events", "timestampSpec": {"column": "ts"}, "dimensionsSpec": {"dimensions": ["page"]},
+            **data_schema}
+    return compile_plan(DataSchema.model_validate(spec))
+
+
+def parses_as_spark_sql(sql: str) -> bool:
+    sqlglot.parse_one(sql, read="spark")
+    return True
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# timestampSpec: raw JSON text -> TIMESTAMP, NULL when it does not parse (an unparseable row)
+
+AUTO = ("CASE WHEN `ts` RLIKE '^-?[0-9]+$' THEN timestamp_millis(CAST(`ts` AS BIGINT)) "
+        "ELSE CAST(`ts` AS TIMESTAMP) END")
+
+TIMESTAMPS = [
+    ({"column": "ts"}, AUTO),  # Druid's default format is auto
+    ({"column": "ts", "format": "auto"}, AUTO),
+    ({"column": "ts", "format": "iso"}, "CAST(`ts` AS TIMESTAMP)"),
+    ({"column": "ts", "format": "ISO"}, "CAST(`ts` AS TIMESTAMP)"),  # format names ignore case, as in Druid
+    ({"column": "ts", "format": "posix"}, "timestamp_seconds(CAST(`ts` AS DECIMAL(20, 6)))"),
+    ({"column": "ts", "format": "millis"}, "timestamp_millis(CAST(`ts` AS BIGINT))"),
+    ({"column": "ts", "format": "micro"}, "timestamp_micros(CAST(`ts` AS BIGINT))"),
+    ({"column": "ts", "format": "nano"}, "timestamp_micros(CAST(`ts` AS BIGINT) DIV 1000)"),
+    ({"column": "ts", "format": "yyyy-MM-dd HH:mm:ss"}, "to_timestamp(`ts`, 'yyyy-MM-dd HH:mm:ss')"),
+    ({"column": "ts", "format": "yyyy-MM-dd'T'HH:mm:ss.SSSZZ"},
+     r"to_timestamp(`ts`, 'yyyy-MM-dd\'T\'HH:mm:ss.SSSXXX')"),
+    ({"column": "ts", "format": "YYYY-MM-dd HH:mm:ss ZZZ"}, "to_timestamp(`ts`, 'yyyy-MM-dd HH:mm:ss VV')"),
+    ({"column": "event time", "format": "millis"}, "timestamp_millis(CAST(`event time` AS BIGINT))"),
+    ({"column": "odd`name", "format": "iso"}, "CAST(`odd``name` AS TIMESTAMP)"),
+    ({"column": "ts", "format": "iso", "missingValue": "2024-01-01T00:00:00Z"},
+     "CASE WHEN `ts` IS NULL THEN CAST('2024-01-01T00:00:00Z' AS TIMESTAMP) ELSE CAST(`ts` AS TIMESTAMP) END"),
+    ({"column": "ts", "format": "millis", "missingValue": "2024-01-01T02:00:00.250+02:00"},
+     "CASE WHEN `ts` IS NULL THEN CAST('2024-01-01T02:00:00.250000+02:00' AS TIMESTAMP) "
+     "ELSE timestamp_millis(CAST(`ts` AS BIGINT)) END"),
+    ({"column": "ts", "format": "auto", "missingValue": "2024-01-01"},  # no zone: UTC, as Druid reads it
+     f"CASE WHEN `ts` IS NULL THEN CAST('2024-01-01T00:00:00' AS TIMESTAMP) ELSE {AUTO} END"),
+]
+
+
+@pytest.mark.parametrize("timestamp_spec, sql", TIMESTAMPS, ids=[str(spec) for spec, _ in TIMESTAMPS])
+def test_timestamp_spec_to_spark_sql(timestamp_spec, sql):
+    assert timestamp_sql(TimestampSpec.model_validate(timestamp_spec)) == sql
+    assert parses_as_spark_sql(sql)
+
+
+def test_the_plan_parses_the_timestamp_spec_it_was_given():
+    compiled = plan(timestampSpec={"column": "time", "format": "posix"})
+    assert compiled.time_sql == "timestamp_seconds(CAST(`time` AS DECIMAL(20, 6)))"
+    assert "`time` STRING" in compiled.json_schema_ddl  # the timestamp column is read from the JSON
+
+
+JODA = [
+    ("yyyy-MM-dd HH:mm:ss", "yyyy-MM-dd HH:mm:ss"),
+    ("dd/MM/yyyy hh:mm:ss.SSS a", "dd/MM/yyyy hh:mm:ss.SSS a"),
+    ("yyyyMMdd'T'HHmmss", "yyyyMMdd'T'HHmmss"),
+    # Joda's zone: Z reads +0800 or Z, ZZ +08:00 or Z, ZZZ and longer a zone id such as Europe/Paris
+    ("yyyy-MM-dd HH:mm:ss Z", "yyyy-MM-dd HH:mm:ss XX"),
+    ("yyyy-MM-dd'T'HH:mm:ssZZ", "yyyy-MM-dd'T'HH:mm:ssXXX"),
+    ("yyyy-MM-dd HH:mm:ss ZZZ", "yyyy-MM-dd HH:mm:ss VV"),
+    ("yyyy-MM-dd HH:mm:ss ZZZZ", "yyyy-MM-dd HH:mm:ss VV"),
+    ("YYYY-MM-dd", "yyyy-MM-dd"),  # Joda's Y is the year of era; Spark's Y is a week-based year it does not parse
+    ("yyyy-MM-dd 'ZZ at' HH 'o''clock'", "yyyy-MM-dd 'ZZ at' HH 'o''clock'"),  # quoted text stays literal
+]
+
+
+@pytest.mark.parametrize("joda, spark", JODA, ids=[j for j, _ in JODA])
+def test_joda_pattern_to_spark_pattern(joda, spark):
+    assert joda_to_spark_pattern(joda) == spark
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# metricsSpec: typed input per row, the first rollup, and the combine rule of rolled-up rows
+
+AGGREGATORS = [
+    # type, typed input of one row, first rollup (typed rows), combine (rolled-up rows of persists and segments)
+    ("count", "CAST(1 AS BIGINT)", "CAST(sum(`__in_m`) AS BIGINT) AS `m`", "CAST(sum(`m`) AS BIGINT) AS `m`"),
+    ("longSum", "CAST(`v` AS BIGINT)", "CAST(sum(`__in_m`) AS BIGINT) AS `m`", "CAST(sum(`m`) AS BIGINT) AS `m`"),
+    ("doubleSum", "CAST(`v` AS DOUBLE)", "CAST(sum(`__in_m`) AS DOUBLE) AS `m`", "CAST(sum(`m`) AS DOUBLE) AS `m`"),
+    ("floatSum", "CAST(`v` AS FLOAT)", "CAST(sum(`__in_m`) AS FLOAT) AS `m`", "CAST(sum(`m`) AS FLOAT) AS `m`"),
+    ("longMin", "CAST(`v` AS BIGINT)", "CAST(min(`__in_m`) AS BIGINT) AS `m`", "CAST(min(`m`) AS BIGINT) AS `m`"),
+    ("longMax", "CAST(`v` AS BIGINT)", "CAST(max(`__in_m`) AS BIGINT) AS `m`", "CAST(max(`m`) AS BIGINT) AS `m`"),
+    ("doubleMin", "CAST(`v` AS DOUBLE)", "CAST(min(`__in_m`) AS DOUBLE) AS `m`", "CAST(min(`m`) AS DOUBLE) AS `m`"),
+    ("doubleMax", "CAST(`v` AS DOUBLE)", "CAST(max(`__in_m`) AS DOUBLE) AS `m`", "CAST(max(`m`) AS DOUBLE) AS `m`"),
+    ("floatMin", "CAST(`v` AS FLOAT)", "CAST(min(`__in_m`) AS FLOAT) AS `m`", "CAST(min(`m`) AS FLOAT) AS `m`"),
+    ("floatMax", "CAST(`v` AS FLOAT)", "CAST(max(`__in_m`) AS FLOAT) AS `m`", "CAST(max(`m`) AS FLOAT) AS `m`"),
+]
+
+
+def test_every_aggregator_type_of_the_spec_is_in_the_table():
+    assert {kind for kind, *_ in AGGREGATORS} == set(get_args(AggregatorType))
+
+
+@pytest.mark.parametrize("kind, typed, first, combine", AGGREGATORS, ids=[a[0] for a in AGGREGATORS])
+def test_aggregator_to_spark_sql(kind, typed, first, combine):
+    metric = {"type": kind, "name": "m"} if kind == "count" else {"type": kind, "name": "m", "fieldName": "v"}
+    compiled = plan(metricsSpec=[metric])
+    assert compiled.typed_columns["__in_m"] == typed
+    assert compiled.rollup_aggregations(False) == [first]
+    assert compiled.rollup_aggregations(True) == [combine]
+    assert compiled.metrics == ["m"]
+    # a value that does not fit the metric's type is a processedWithError row; count reads no field
+    assert compiled.checked_inputs.get("__in_m") == (None if kind == "count" else "v")
+    assert all(parses_as_spark_sql(sql) for sql in (typed, first, combine))
+
+
+def test_aggregators_keep_the_spec_order_and_quote_their_names():
+    compiled = plan(metricsSpec=[{"type": "count", "name": "rows"},
+                                 {"type": "longSum", "name": "bytes.in", "fieldName": "in"},
+                                 {"type": "doubleMax", "name": "peak", "fieldName": "in"}])
+    assert compiled.rollup_aggregations(True) == [
+        "CAST(sum(`rows`) AS BIGINT) AS `rows`",
+        "CAST(sum(`bytes.in`) AS BIGINT) AS `bytes.in`",  # a dot is part of a Druid name, not struct access
+        "CAST(max(`peak`) AS DOUBLE) AS `peak`",
+    ]
+    assert "`in` STRING" in compiled.json_schema_ddl and "`bytes.in` STRING" not in compiled.json_schema_ddl
+
+
+EVERY_AGGREGATOR = [{"type": "count", "name": "count"}] + [
+    {"type": kind, "name": kind, "fieldName": "v"} for kind, *_ in AGGREGATORS if kind != "count"]
+
+#: raw (page, v) rows; nulls and values that are not numbers are ignored by every aggregator but count
+ROWS = [("a", "1"), ("a", None), ("b", "5"), ("a", "-3"), ("b", "x"), ("a", "7"), ("c", None)]
+#: per page: count, sum, min, max of the numeric values
+EXPECTED = {"a": (4, 5, -3, 7), "b": (2, 5, 5, 5), "c": (1, None, None, None)}
+
+
+def rollup(compiled: IngestPlan, table: str, combining: bool) -> str:
+    """The plan's aggregations, transpiled from Spark SQL to DuckDB, as a query over `table`."""
+    aggregations = ", ".join(sqlglot.transpile(a, read="spark", write="duckdb")[0]
+                             for a in compiled.rollup_aggregations(combining))
+    return f"SELECT page, {aggregations} FROM {table} GROUP BY page"
+
+
+def typed(con: duckdb.DuckDBPyConnection, compiled: IngestPlan, rows: list[tuple[str, str | None]]) -> str:
+    """Raw rows loaded into `raw`, and the plan's typed columns over them as a subquery."""
+    con.execute("CREATE OR REPLACE TEMP TABLE raw (page VARCHAR, v VARCHAR)")
+    con.executemany("INSERT INTO raw VALUES (?, ?)", rows)
+    columns = ", ".join(f"{sqlglot.transpile(sql, read='spark', write='duckdb')[0]} AS \"{name}\""
+                        for name, sql in compiled.typed_columns.items())
+    return f"(SELECT {columns} FROM raw)"
+
+
+@pytest.mark.parametrize("split", [1, 3, 5], ids=lambda n: f"persists-of-{n}-and-{len(ROWS) - n}-rows")
+def test_merging_rolled_up_persists_equals_one_rollup_of_every_row(split):
+    """The combine rule is what makes persists and segments mergeable: count combines by sum, not by count."""
+    compiled = plan(metricsSpec=EVERY_AGGREGATOR)
+    con = duckdb.connect()
+    con.execute(f"CREATE TEMP TABLE first_persist AS {rollup(compiled, typed(con, compiled, ROWS[:split]), False)}")
+    con.execute(f"CREATE TEMP TABLE second_persist AS {rollup(compiled, typed(con, compiled, ROWS[split:]), False)}")
+    merged = con.execute(rollup(compiled, "(SELECT * FROM first_persist UNION ALL SELECT * FROM second_persist)",
+                                True) + " ORDER BY page").fetchall()
+    at_once = con.execute(rollup(compiled, typed(con, compiled, ROWS), False) + " ORDER BY page").fetchall()
+    assert merged == at_once
+    names = ["page"] + compiled.metrics
+    for row in merged:
+        values = dict(zip(names, row))
+        count, total, low, high = EXPECTED[values["page"]]
+        assert values["count"] == count
+        assert [values[k] for k in ("longSum", "doubleSum", "floatSum")] == [total] * 3
+        assert [values[k] for k in ("longMin", "doubleMin", "floatMin")] == [low] * 3
+        assert [values[k] for k in ("longMax", "doubleMax", "floatMax")] == [high] * 3
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# dimensionsSpec: typed columns, and which raw values are checked for parse errors
+
+def test_typed_dimension_columns():
+    compiled = plan(dimensionsSpec={"dimensions": ["page", {"name": "views", "type": "long"},
+                                                   {"name": "ratio", "type": "float"},
+                                                   {"name": "score", "type": "double"},
+                                                   {"name": "user", "type": "string"}]})
+    assert compiled.typed_columns == {
+        "page": "CAST(`page` AS STRING)",
+        "views": "CAST(`views` AS BIGINT)",
+        "ratio": "CAST(`ratio` AS FLOAT)",
+        "score": "CAST(`score` AS DOUBLE)",
+        "user": "CAST(`user` AS STRING)",
+    }
+    # a string takes any value; a number that does not parse is ingested as null and counted processedWithError
+    assert compiled.checked_inputs == {"views": "views", "ratio": "ratio", "score": "score"}
+    assert compiled.dimensions == ["page", "views", "ratio", "score", "user"]
+    assert compiled.json_schema_ddl == ("`page` STRING, `ratio` STRING, `score` STRING, `ts` STRING, `user` STRING, "
+                                        "`views` STRING, `__corrupt` STRING")
+
+
+def test_dimension_exclusions_change_nothing_next_to_an_explicit_dimension_list():
+    """Excluding the timestamp column or a metric's input must not stop either from being read."""
+    metrics = [{"type": "count", "name": "count"}, {"type": "longSum", "name": "added", "fieldName": "added"}]
+    without = plan(metricsSpec=metrics)
+    excluded = plan(metricsSpec=metrics,
+                    dimensionsSpec={"dimensions": ["page"], "dimensionExclusions": ["ts", "added", "count", "ip"]})
+    assert excluded == without
+    assert "`ts` STRING" in excluded.json_schema_ddl and "`added` STRING" in excluded.json_schema_ddl
