@@ -1,9 +1,9 @@
 """Druid SQL's functions and time semantics as DuckDB expressions, rewritten on the sqlglot AST.
 
 Druid computes in UTC unless the query context's `sqlTimeZone` says otherwise; then timestamp literals, the calendar
-functions (FLOOR/CEIL TO, EXTRACT, TIME_FLOOR…, TIMESTAMPADD/DIFF) and the output of timestamps follow that zone. The
-DuckDB session itself always stays in UTC: a zone shows up only as explicit `AT TIME ZONE` conversions, so that a
-query in UTC (nearly all of them) pays nothing for zones.
+functions (FLOOR/CEIL TO, EXTRACT, TIME_FLOOR…, TIMESTAMPADD/DIFF) and the output of timestamps follow that zone
+(`zones.py`). The time and aggregation functions are here; the string, numeric and IP functions in
+`scalar_functions.py`.
 """
 
 from __future__ import annotations
@@ -11,83 +11,48 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, timedelta, timezone, tzinfo
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from datetime import UTC
 
-import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.druid import Druid
+from sqlglot.tokens import TokenType
 
+from sluice.broker.calls import Call, DruidFunction, template
 from sluice.broker.errors import SqlError
+from sluice.broker.scalar_functions import SCALAR_FUNCTIONS, rewrite_scalar
+from sluice.broker.zones import Session, Zone, from_local, to_local
 from sluice.segment.segment import Interval
+
+__all__ = ["TIME_COLUMN", "DruidDialect", "Session", "Zone", "is_druid_function", "joda_to_strftime",
+           "rewrite_druid_functions"]
 
 TIME_COLUMN = "__time"
 
 
 class DruidDialect(Druid):
     """sqlglot's Druid dialect, except that functions whose Druid arguments sqlglot's parser rejects or reads in
-    another meaning (ANY_VALUE(expr, maxBytes), ARRAY_AGG(expr, size), TIMESTAMPDIFF(unit, t1, t2)…) stay plain
-    calls, rewritten here with Druid's meaning."""
+    another meaning (ANY_VALUE(expr, maxBytes), ARRAY_AGG(expr, size), TIMESTAMPDIFF(unit, t1, t2),
+    REGEXP_EXTRACT(expr, pattern, group)…) stay plain calls, rewritten here with Druid's meaning (or, like DuckDB's
+    `glob('*')`, refused by name); `DIV` is a function (not MySQL's operator), and POSITION takes Druid's
+    `FROM start`."""
+
+    class Tokenizer(Druid.tokenizer_class):
+        KEYWORDS = {word: token for word, token in Druid.tokenizer_class.KEYWORDS.items() if word != "DIV"}
 
     class Parser(Druid.Parser):
         FUNCTIONS = {
             name: build
             for name, build in Druid.Parser.FUNCTIONS.items()
-            if name not in ("ANY_VALUE", "ARRAY_AGG", "APPROX_QUANTILE", "TIMESTAMPDIFF")
+            if name not in ("ANY_VALUE", "ARRAY_AGG", "APPROX_QUANTILE", "TIMESTAMPDIFF", "REGEXP_EXTRACT",
+                            "REGEXP_REPLACE", "REPEAT", "GLOB")
         }
+        FUNCTION_PARSERS = {**Druid.Parser.FUNCTION_PARSERS, "POSITION": lambda self: self._parse_druid_position()}
 
-
-# ------------------------------------------------------------------------------------------------------ time zones
-
-
-@dataclass(frozen=True)
-class Zone:
-    """A Druid time zone (`America/Los_Angeles`, or an offset such as `-08:00`), named as DuckDB's ICU knows it."""
-
-    name: str
-    tzinfo: tzinfo
-
-    @classmethod
-    def parse(cls, text: str) -> Zone | None:
-        """None for UTC, which needs no conversion anywhere."""
-        if text.upper() in _UTC_NAMES:
-            return None
-        offset = re.fullmatch(r"([+-])(\d{2}):?(\d{2})", text)
-        if offset:
-            sign, hours, minutes = offset.groups()
-            delta = timedelta(hours=int(hours), minutes=int(minutes))
-            return cls(f"GMT{sign}{hours}:{minutes}", timezone(-delta if sign == "-" else delta))
-        try:
-            return cls(text, ZoneInfo(text))
-        except (ZoneInfoNotFoundError, ValueError) as e:
-            raise SqlError(f"Invalid time zone [{text}]: expected a zone name such as America/Los_Angeles "
-                           "or an offset such as -08:00") from e
-
-
-_UTC_NAMES = {"UTC", "Z", "ETC/UTC", "+00:00", "-00:00", "+0000", "-0000"}
-
-
-@dataclass(frozen=True)
-class Session:
-    """What the query context changes in a translation (the part of Druid's PlannerContext that Sluice uses)."""
-
-    time_zone: Zone | None = None  # sqlTimeZone; None is UTC
-    approximate_count_distinct: bool = True  # useApproximateCountDistinct
-
-
-def to_local(ts: exp.Expr, zone: Zone | None) -> exp.Expr:
-    """A UTC TIMESTAMP as wall-clock time in `zone`."""
-    if zone is None:
-        return ts.copy()
-    at_utc = exp.AtTimeZone(this=ts.copy(), zone=exp.Literal.string("UTC"))
-    return exp.AtTimeZone(this=at_utc, zone=exp.Literal.string(zone.name))
-
-
-def from_local(ts: exp.Expr, zone: Zone | None) -> exp.Expr:
-    """Wall-clock time in `zone` back to a UTC TIMESTAMP."""
-    if zone is None:
-        return ts
-    return exp.cast(exp.AtTimeZone(this=ts, zone=exp.Literal.string(zone.name)), exp.DType.TIMESTAMP)
+        def _parse_druid_position(self) -> exp.StrPosition:
+            position = self._parse_position()
+            if self._match(TokenType.FROM):
+                position.set("position", self._parse_bitwise())
+            return position
 
 
 # -------------------------------------------------------------------------------------------------------- rewriting
@@ -113,7 +78,7 @@ def _rewrite(node: exp.Expr, session: Session) -> exp.Expr:
     zone = session.time_zone
     if isinstance(node, exp.Anonymous):
         name = node.name.upper()
-        return _DRUID_FUNCTIONS[name].build(_Call(name, list(node.expressions), zone))
+        return _DRUID_FUNCTIONS[name].build(Call(name, list(node.expressions), zone))
     if isinstance(node, exp.Floor) and node.args.get("to"):
         return from_local(_floor_to(to_local(node.this, zone), _unit(node.args["to"].name)), zone)
     if isinstance(node, exp.Ceil) and node.args.get("to"):
@@ -137,7 +102,7 @@ def _rewrite(node: exp.Expr, session: Session) -> exp.Expr:
             return exp.ApproxDistinct(this=distinct.expressions[0].copy())
     if isinstance(node, exp.GroupConcat):
         return _string_agg(node)
-    return node
+    return rewrite_scalar(node)
 
 
 def _is_timestamp_literal(cast: exp.Cast) -> bool:
@@ -181,6 +146,15 @@ def _interval(unit: str, count: exp.Expr | None = None) -> exp.Expr:
     return one if count is None else exp.Mul(this=exp.paren(count.copy()), expression=one)
 
 
+def _unit_argument(call: Call, i: int) -> str:
+    """A time unit keyword argument (TIMESTAMPADD(HOUR, …)), which the parser reads as a column name."""
+    value = call.args[i]
+    if not isinstance(value, exp.Column | exp.Var) or value.name.upper() not in _FLOOR_UNITS:
+        raise SqlError(f"{call.name} needs a time unit ({', '.join(_FLOOR_UNITS)}) as argument {i + 1}, "
+                       f"got {value.sql(dialect='druid')}")
+    return value.name.upper()
+
+
 def _floor_to(ts: exp.Expr, unit: str) -> exp.Expr:
     return exp.TimestampTrunc(this=ts.copy(), unit=exp.var(unit))
 
@@ -199,55 +173,6 @@ def _extract(unit: str, ts: exp.Expr) -> exp.Expr:
 
 
 # ------------------------------------------------------------------------------------------ Druid's own functions
-
-
-@dataclass(frozen=True)
-class _Call:
-    """The arguments of one call of a Druid function, with the checks Druid makes on its literal arguments."""
-
-    name: str
-    args: list[exp.Expr]
-    session_zone: Zone | None
-
-    def arg(self, i: int) -> exp.Expr | None:
-        """Argument i, or None when absent or NULL (Druid's way to skip an optional argument)."""
-        if i >= len(self.args) or isinstance(self.args[i], exp.Null):
-            return None
-        return self.args[i]
-
-    def literal(self, i: int, what: str) -> str | None:
-        value = self.arg(i)
-        if value is None:
-            return None
-        if not (isinstance(value, exp.Literal) and value.is_string):
-            raise SqlError(f"{self.name} needs {what} as a string literal, got {value.sql(dialect='druid')}")
-        return value.name
-
-    def zone(self, i: int) -> Zone | None:
-        """The time zone argument i, the session's zone when it is left out."""
-        text = self.literal(i, "the time zone")
-        return self.session_zone if text is None else Zone.parse(text)
-
-    def unit(self, i: int) -> str:
-        """A time unit keyword argument (TIMESTAMPADD(HOUR, …)), which the parser reads as a column name."""
-        value = self.args[i]
-        if not isinstance(value, exp.Column | exp.Var) or value.name.upper() not in _FLOOR_UNITS:
-            raise SqlError(f"{self.name} needs a time unit ({', '.join(_FLOOR_UNITS)}) as argument {i + 1}, "
-                           f"got {value.sql(dialect='druid')}")
-        return value.name.upper()
-
-
-@dataclass(frozen=True)
-class _DruidFunction:
-    min_args: int
-    max_args: int
-    rewrite: Callable[[_Call], exp.Expr]
-
-    def build(self, call: _Call) -> exp.Expr:
-        if not self.min_args <= len(call.args) <= self.max_args:
-            expected = f"{self.min_args}" if self.min_args == self.max_args else f"{self.min_args} to {self.max_args}"
-            raise SqlError(f"Function {call.name} takes {expected} arguments, got {len(call.args)}")
-        return self.rewrite(call)
 
 
 _PERIOD = re.compile(
@@ -279,35 +204,35 @@ class _Period:
         return exp.cast(exp.Literal.string(origin), exp.DType.TIMESTAMP)
 
 
-def _period(call: _Call) -> _Period:
+def _period(call: Call) -> _Period:
     """The period of TIME_FLOOR, TIME_CEIL and TIME_SHIFT: always their second argument."""
     return _Period.parse(call.literal(1, "the period") or "")
 
 
-def _time_floor_local(call: _Call) -> exp.Expr:
+def _time_floor_local(call: Call) -> exp.Expr:
     """TIME_FLOOR's bucket start in the call's time zone (wall-clock time)."""
     period, zone, origin = _period(call), call.zone(3), call.arg(2)
     origin = to_local(origin, zone) if origin is not None else period.default_origin()
     return exp.Anonymous(this="TIME_BUCKET", expressions=[period.interval(), to_local(call.args[0], zone), origin])
 
 
-def _time_floor(call: _Call) -> exp.Expr:
+def _time_floor(call: Call) -> exp.Expr:
     return from_local(_time_floor_local(call), call.zone(3))
 
 
-def _time_ceil(call: _Call) -> exp.Expr:
+def _time_ceil(call: Call) -> exp.Expr:
     zone = call.zone(3)
     step = _period(call).interval()
     return from_local(_ceil(to_local(call.args[0], zone), _time_floor_local(call), step), zone)
 
 
-def _time_shift(call: _Call) -> exp.Expr:
+def _time_shift(call: Call) -> exp.Expr:
     zone = call.zone(3)
     shift = exp.Mul(this=_period(call).interval(), expression=call.args[2].copy())
     return from_local(exp.Add(this=to_local(call.args[0], zone), expression=shift), zone)
 
 
-def _time_extract(call: _Call) -> exp.Expr:
+def _time_extract(call: Call) -> exp.Expr:
     unit = (call.literal(1, "the unit") or "").upper()
     return _extract(unit, to_local(call.args[0], call.zone(2)))
 
@@ -315,7 +240,7 @@ def _time_extract(call: _Call) -> exp.Expr:
 _ISO_FORMAT = "%Y-%m-%dT%H:%M:%S.%g"
 
 
-def _time_format(call: _Call) -> exp.Expr:
+def _time_format(call: Call) -> exp.Expr:
     """Without a pattern, ISO-8601 with the zone's offset (`Z` in UTC) as Joda's ISODateTimeFormat writes it."""
     pattern, zone = call.literal(1, "the format"), call.zone(2)
     if pattern is None and call.arg(2) is not None:
@@ -332,21 +257,14 @@ def _offset_text(ts: exp.Expr, zone: Zone | None) -> exp.Expr:
     if zone is None:
         return exp.Literal.string("Z")
     minutes = exp.Anonymous(this="DATE_DIFF", expressions=[exp.Literal.string("minute"), ts.copy(), to_local(ts, zone)])
-    return _template(
+    return template(
         "CASE WHEN m = 0 THEN 'Z' ELSE CASE WHEN m < 0 THEN '-' ELSE '+' END"
         " || LPAD(CAST(ABS(m) // 60 AS VARCHAR), 2, '0') || ':' || LPAD(CAST(ABS(m) % 60 AS VARCHAR), 2, '0') END",
         m=minutes,
     )
 
 
-def _template(sql: str, **values: exp.Expr) -> exp.Expr:
-    """DuckDB SQL text whose bare names are replaced by expressions (built once per call, never from user text)."""
-    template = sqlglot.parse_one(sql, read="duckdb")
-    return template.transform(
-        lambda node: values[node.name].copy() if isinstance(node, exp.Column) and node.name in values else node)
-
-
-def _time_parse(call: _Call) -> exp.Expr:
+def _time_parse(call: Call) -> exp.Expr:
     """NULL when the text does not parse, as in Druid. Without a pattern, ISO-8601 with an optional offset."""
     text, pattern, zone = call.args[0].copy(), call.literal(1, "the format"), call.zone(2)
     if pattern is not None:
@@ -361,21 +279,22 @@ def _time_parse(call: _Call) -> exp.Expr:
     return exp.case().when(has_offset, with_offset).else_(wall)
 
 
-def _timestamp_add(call: _Call) -> exp.Expr:
+def _timestamp_add(call: Call) -> exp.Expr:
     """TIMESTAMPADD(unit, count, ts): calendar units step in the session's zone."""
     zone = call.session_zone
-    moved = exp.Add(this=to_local(call.args[2], zone), expression=_interval(call.unit(0), call.args[1]))
+    moved = exp.Add(this=to_local(call.args[2], zone), expression=_interval(_unit_argument(call, 0), call.args[1]))
     return from_local(moved, zone)
 
 
-def _timestamp_diff(call: _Call) -> exp.Expr:
+def _timestamp_diff(call: Call) -> exp.Expr:
     """TIMESTAMPDIFF(unit, t1, t2): whole units from t1 to t2, as Calcite counts them."""
     zone = call.session_zone
     return exp.Anonymous(this="DATE_SUB", expressions=[
-        exp.Literal.string(call.unit(0).lower()), to_local(call.args[1], zone), to_local(call.args[2], zone)])
+        exp.Literal.string(_unit_argument(call, 0).lower()), to_local(call.args[1], zone),
+        to_local(call.args[2], zone)])
 
 
-def _time_in_interval(call: _Call) -> exp.Expr:
+def _time_in_interval(call: Call) -> exp.Expr:
     """TIME_IN_INTERVAL(ts, 'start/end'): the interval is half-open, in UTC unless its text says otherwise."""
     text = call.literal(1, "the interval") or ""
     try:
@@ -390,11 +309,11 @@ def _time_in_interval(call: _Call) -> exp.Expr:
                               exp.LT(this=ts.copy(), expression=bounds[1])))
 
 
-def _earliest_latest(by_time_argument: bool, latest: bool) -> Callable[[_Call], exp.Expr]:
+def _earliest_latest(by_time_argument: bool, latest: bool) -> Callable[[Call], exp.Expr]:
     """EARLIEST/LATEST(expr[, maxBytes]) and the _BY forms: the value of the row with the least/greatest time,
     even when that value is null; the size argument is Druid's memory hint."""
 
-    def rewrite(call: _Call) -> exp.Expr:
+    def rewrite(call: Call) -> exp.Expr:
         time = call.args[1].copy() if by_time_argument else exp.column(TIME_COLUMN)
         name = "ARG_MAX_NULL" if latest else "ARG_MIN_NULL"
         return exp.Anonymous(this=name, expressions=[call.args[0].copy(), time])
@@ -402,7 +321,7 @@ def _earliest_latest(by_time_argument: bool, latest: bool) -> Callable[[_Call], 
     return rewrite
 
 
-def _array_agg(call: _Call) -> exp.Expr:
+def _array_agg(call: Call) -> exp.Expr:
     """ARRAY_AGG([DISTINCT] expr[, size]): nulls included; distinct values sorted as Druid sorts them. The size is
     Druid's memory hint (after DISTINCT, the parser keeps it inside the DISTINCT)."""
     value = call.args[0]
@@ -413,55 +332,43 @@ def _array_agg(call: _Call) -> exp.Expr:
     return exp.ArrayAgg(this=value.copy())
 
 
-def _approx_quantile(call: _Call) -> exp.Expr:
+def _approx_quantile(call: Call) -> exp.Expr:
     """APPROX_QUANTILE(expr, p[, …]) and its sketch variants: a DOUBLE, as in Druid."""
     quantile = exp.Anonymous(this="APPROX_QUANTILE", expressions=[call.args[0].copy(), call.args[1].copy()])
     return exp.cast(quantile, exp.DType.DOUBLE)
 
 
-def _approx_count_distinct(call: _Call) -> exp.Expr:
+def _approx_count_distinct(call: Call) -> exp.Expr:
     return exp.ApproxDistinct(this=call.args[0].copy())
 
 
-def _contains(case_sensitive: bool) -> Callable[[_Call], exp.Expr]:
-    def rewrite(call: _Call) -> exp.Expr:
-        text, part = call.args[0].copy(), call.args[1].copy()
-        if not case_sensitive:
-            text, part = exp.Lower(this=text), exp.Lower(this=part)
-        return exp.Anonymous(this="CONTAINS", expressions=[text, part])
-
-    return rewrite
-
-
-_DRUID_FUNCTIONS: dict[str, _DruidFunction] = {
-    "TIME_FLOOR": _DruidFunction(2, 4, _time_floor),
-    "TIME_CEIL": _DruidFunction(2, 4, _time_ceil),
-    "TIME_SHIFT": _DruidFunction(3, 4, _time_shift),
-    "TIME_EXTRACT": _DruidFunction(2, 3, _time_extract),
-    "TIME_FORMAT": _DruidFunction(1, 3, _time_format),
-    "TIME_PARSE": _DruidFunction(1, 3, _time_parse),
-    "TIME_IN_INTERVAL": _DruidFunction(2, 2, _time_in_interval),
-    "TIMESTAMPADD": _DruidFunction(3, 3, _timestamp_add),
-    "TIMESTAMPDIFF": _DruidFunction(3, 3, _timestamp_diff),
-    "MILLIS_TO_TIMESTAMP": _DruidFunction(
+_DRUID_FUNCTIONS: dict[str, DruidFunction] = {
+    "TIME_FLOOR": DruidFunction(2, 4, _time_floor),
+    "TIME_CEIL": DruidFunction(2, 4, _time_ceil),
+    "TIME_SHIFT": DruidFunction(3, 4, _time_shift),
+    "TIME_EXTRACT": DruidFunction(2, 3, _time_extract),
+    "TIME_FORMAT": DruidFunction(1, 3, _time_format),
+    "TIME_PARSE": DruidFunction(1, 3, _time_parse),
+    "TIME_IN_INTERVAL": DruidFunction(2, 2, _time_in_interval),
+    "TIMESTAMPADD": DruidFunction(3, 3, _timestamp_add),
+    "TIMESTAMPDIFF": DruidFunction(3, 3, _timestamp_diff),
+    "MILLIS_TO_TIMESTAMP": DruidFunction(
         1, 1, lambda call: exp.UnixToTime(this=call.args[0].copy(), scale=exp.UnixToTime.MILLIS)
     ),
-    "TIMESTAMP_TO_MILLIS": _DruidFunction(1, 1, lambda call: exp.UnixMillis(this=call.args[0].copy())),
-    "STRLEN": _DruidFunction(1, 1, lambda call: exp.Length(this=call.args[0].copy())),
-    "CONTAINS_STRING": _DruidFunction(2, 2, _contains(case_sensitive=True)),
-    "ICONTAINS_STRING": _DruidFunction(2, 2, _contains(case_sensitive=False)),
-    "EARLIEST": _DruidFunction(1, 2, _earliest_latest(by_time_argument=False, latest=False)),
-    "LATEST": _DruidFunction(1, 2, _earliest_latest(by_time_argument=False, latest=True)),
-    "EARLIEST_BY": _DruidFunction(2, 3, _earliest_latest(by_time_argument=True, latest=False)),
-    "LATEST_BY": _DruidFunction(2, 3, _earliest_latest(by_time_argument=True, latest=True)),
-    "ANY_VALUE": _DruidFunction(1, 2, lambda call: exp.First(this=call.args[0].copy())),
-    "ARRAY_AGG": _DruidFunction(1, 2, _array_agg),
-    "APPROX_COUNT_DISTINCT_BUILTIN": _DruidFunction(1, 1, _approx_count_distinct),
-    "APPROX_COUNT_DISTINCT_DS_HLL": _DruidFunction(1, 3, _approx_count_distinct),
-    "APPROX_COUNT_DISTINCT_DS_THETA": _DruidFunction(1, 2, _approx_count_distinct),
-    "APPROX_QUANTILE": _DruidFunction(2, 3, _approx_quantile),
-    "APPROX_QUANTILE_DS": _DruidFunction(2, 3, _approx_quantile),
-    "APPROX_QUANTILE_FIXED_BUCKETS": _DruidFunction(5, 6, _approx_quantile),
+    "TIMESTAMP_TO_MILLIS": DruidFunction(1, 1, lambda call: exp.UnixMillis(this=call.args[0].copy())),
+    "EARLIEST": DruidFunction(1, 2, _earliest_latest(by_time_argument=False, latest=False)),
+    "LATEST": DruidFunction(1, 2, _earliest_latest(by_time_argument=False, latest=True)),
+    "EARLIEST_BY": DruidFunction(2, 3, _earliest_latest(by_time_argument=True, latest=False)),
+    "LATEST_BY": DruidFunction(2, 3, _earliest_latest(by_time_argument=True, latest=True)),
+    "ANY_VALUE": DruidFunction(1, 2, lambda call: exp.First(this=call.args[0].copy())),
+    "ARRAY_AGG": DruidFunction(1, 2, _array_agg),
+    "APPROX_COUNT_DISTINCT_BUILTIN": DruidFunction(1, 1, _approx_count_distinct),
+    "APPROX_COUNT_DISTINCT_DS_HLL": DruidFunction(1, 3, _approx_count_distinct),
+    "APPROX_COUNT_DISTINCT_DS_THETA": DruidFunction(1, 2, _approx_count_distinct),
+    "APPROX_QUANTILE": DruidFunction(2, 3, _approx_quantile),
+    "APPROX_QUANTILE_DS": DruidFunction(2, 3, _approx_quantile),
+    "APPROX_QUANTILE_FIXED_BUCKETS": DruidFunction(5, 6, _approx_quantile),
+    **SCALAR_FUNCTIONS,
 }
 
 

@@ -311,12 +311,6 @@ def _cast(args: list[_Value]) -> _Value:
     return _Value(exp.TryCast(this=args[0].number(), to=exp.DataType.build(_CASTS[target])))
 
 
-def _div(args: list[_Value]) -> _Value:
-    """Druid's div(): long division whatever the operand types."""
-    numerator, denominator = (exp.cast(a.number(), exp.DType.BIGINT) for a in args)
-    return _Value(exp.paren(exp.Div(this=numerator, expression=denominator)))  # the SQL layer divides longs as longs
-
-
 _ANY = 1_000
 _FUNCTIONS: dict[str, tuple[int, int, _Build]] = {
     **{
@@ -343,7 +337,7 @@ _FUNCTIONS: dict[str, tuple[int, int, _Build]] = {
     "case_searched": (2, _ANY, _case_searched),
     "case_simple": (3, _ANY, _case_simple),
     "cast": (2, 2, _cast),
-    "div": (2, 2, _div),
+    "div": (2, 2, lambda a: _Value(druid_function("DIV", a[0].number(), a[1].number()))),
     "timestamp": (1, 2, _time_parse),
     "timestamp_parse": (1, 3, _time_parse),
     "timestamp_floor": (2, 4, _time_floor("TIME_FLOOR")),

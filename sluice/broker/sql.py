@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
@@ -27,6 +26,7 @@ from sluice.broker.errors import SqlError
 from sluice.broker.functions import TIME_COLUMN, DruidDialect, Session, Zone, is_druid_function, \
     rewrite_druid_functions
 from sluice.broker.intervals import table_intervals, unite
+from sluice.broker.scalar_functions import constant_pi, unsupported_reason
 from sluice.broker.system_tables import DRUID_SCHEMA, SystemTable, find_system_table, is_system_schema
 from sluice.segment.segment import Interval
 
@@ -121,6 +121,7 @@ def translate_query(sql: str, tables: Collection[str], context: Mapping[str, Any
     intervals: dict[str, list[Interval]] = {}
     for table in data_source_tables:
         intervals.setdefault(table.name, []).extend(table_intervals(table, zone, planned))
+    constant_pi(statement)
     _name_projections(statement)
     rewrite_druid_functions(statement, query_context.session)
     if query_context.outer_limit is not None:
@@ -144,9 +145,28 @@ def _limit(statement: exp.Query, limit: int) -> exp.Query:
 # ---------------------------------------------------------------------------------------------------------- sandbox
 
 
+# Statements that are not queries, refused by their first keyword: sqlglot does not parse some of them (ATTACH,
+# EXPORT DATABASE…), and the user should hear that the statement is not allowed rather than that it is misspelt.
+_STATEMENTS = frozenset({
+    "ALTER", "ANALYZE", "ATTACH", "BEGIN", "CALL", "CHECKPOINT", "COMMIT", "COPY", "CREATE", "DEALLOCATE", "DELETE",
+    "DESCRIBE", "DETACH", "DROP", "EXECUTE", "EXPORT", "GRANT", "IMPORT", "INSERT", "INSTALL", "LOAD", "MERGE",
+    "PRAGMA", "PREPARE", "RESET", "REVOKE", "ROLLBACK", "SET", "SHOW", "SUMMARIZE", "TRUNCATE", "UPDATE", "USE",
+    "VACUUM",
+})
+_ONLY_QUERIES = "Only SELECT queries are allowed, not {}: a query may read data sources and system tables, " \
+                "nothing else"
+
+
 def _parse(sql: str) -> exp.Query:
+    dialect = DruidDialect()
     try:
-        statements = [s for s in sqlglot.parse(sql, read=DruidDialect) if s is not None]
+        tokens = dialect.tokenize(sql)
+    except TokenError as e:
+        raise SqlError(str(e)) from e
+    if tokens and tokens[0].text.upper() in _STATEMENTS:
+        raise SqlError(_ONLY_QUERIES.format(tokens[0].text.upper()))
+    try:
+        statements = [s for s in dialect.parser().parse(tokens, sql) if s is not None]
     except ParseError as e:
         detail = e.errors[0] if e.errors else {}
         line, column = detail.get("line"), detail.get("col")
@@ -154,8 +174,6 @@ def _parse(sql: str) -> exp.Query:
             f"Incorrect syntax: {detail.get('description', e)} (line [{line}], column [{column}])",
             context={"sourceType": "sql", "line": str(line), "column": str(column)},
         ) from e
-    except TokenError as e:
-        raise SqlError(str(e)) from e
     if not statements:
         raise SqlError("The query is empty")
     if len(statements) > 1:
@@ -166,12 +184,13 @@ def _parse(sql: str) -> exp.Query:
 def _check_statement(statement: exp.Expr, sql: str) -> None:
     """Only reads: SELECT, WITH … SELECT and set operations, and nothing that writes or configures inside them."""
     if not isinstance(statement, exp.Query):
-        # sqlglot parses some statements it does not know oddly (INSTALL x as an alias); the first keyword is exact.
-        keyword = DruidDialect().tokenize(sql)[0].text.upper()
-        raise SqlError(f"Only SELECT queries are allowed, not {keyword}")
+        # sqlglot parses some statements it does not know oddly (CHECKPOINT as a column); the first keyword is exact.
+        raise SqlError(_ONLY_QUERIES.format(DruidDialect().tokenize(sql)[0].text.upper()))
     for node in statement.walk():
         if isinstance(node, (exp.DML, exp.DDL, exp.Command)):
-            raise SqlError(f"Only SELECT queries are allowed, not {node.key.upper()}")
+            raise SqlError(_ONLY_QUERIES.format(node.key.upper()))
+        if isinstance(node, exp.Into):  # SELECT … INTO t creates a table
+            raise SqlError(_ONLY_QUERIES.format("SELECT … INTO"))
 
 
 def _check_tables(statement: exp.Expr, sql: str, data_sources: set[str]) -> tuple[list[exp.Table], set[SystemTable]]:
@@ -236,13 +255,26 @@ def _ctes_in_scope(table: exp.Table) -> set[str]:
 
 # File readers DuckDB knows under the same names as other dialects; sqlglot parses them into typed nodes.
 _FILE_FUNCTIONS = (exp.ReadCSV, exp.ReadParquet)
+# DuckDB's functions that reach files, URLs, the environment or the engine's state. Only Druid's functions pass the
+# check at all; these names just get a message that says why they are refused.
+_ENGINE_FUNCTION = re.compile(
+    r"(READ_|DUCKDB_|PRAGMA_|PARQUET_|SNIFF_|ICEBERG_|DELTA_|SQLITE_|POSTGRES_|MYSQL_|HTTP_).*"
+    r"|GLOB|GETENV|CURRENT_SETTING|WHICH_SECRET|QUERY|QUERY_TABLE",
+    re.IGNORECASE)
 
 
 def _check_functions(statement: exp.Expr) -> None:
-    """Functions are Druid's: sqlglot's typed functions or Druid's own, never DuckDB's extras."""
+    """Functions are Druid's: sqlglot's typed functions or Druid's own, never DuckDB's extras. A Druid function Sluice
+    cannot answer is named with the reason."""
     for func in statement.find_all(exp.Func):
         if isinstance(func, _FILE_FUNCTIONS) or (isinstance(func, exp.Anonymous) and not is_druid_function(func.name)):
             name = func.name if isinstance(func, exp.Anonymous) else func.sql_name()
+            reason = unsupported_reason(name)
+            if reason is not None:
+                raise SqlError(f"Function {name.upper()} is not supported: {reason}")
+            if _ENGINE_FUNCTION.fullmatch(name):
+                raise SqlError(f"Function {name.upper()} is not allowed: a query may read data sources and system "
+                               "tables, not files, URLs, the environment or engine settings")
             raise SqlError(f"No match found for function signature {name}(...)")
 
 

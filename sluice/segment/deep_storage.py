@@ -8,15 +8,20 @@ listing of deep storage reads like the segment ids it holds.
 A file is never visible half-written: a local push writes a temporary name and renames it, and
 an S3 object only appears once its upload completes. That matters because a task pushes before
 it publishes, and a published loadSpec must always point at a whole file.
+
+Files in remote deep storage are read from a local copy (`SegmentCache`, Druid's segment cache),
+which holds at most a configured number of bytes.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import urlsplit
@@ -28,6 +33,9 @@ from sluice.segment.segment import SegmentId
 from sluice.timestamps import format_timestamp
 
 SEGMENT_FILE_NAME = "index.parquet"
+# The local copies of remote segments a process keeps by default (Druid's segmentCache maxSize has no default; a
+# limit that fits a development machine is the safer default than none).
+DEFAULT_CACHE_MAX_BYTES = 10 << 30
 _COPY_BUFFER = 8 << 20
 
 
@@ -53,11 +61,13 @@ class DeepStorage(ABC):
     """Push, read and delete segment files by loadSpec."""
 
     @staticmethod
-    def from_uri(uri: str, options: Mapping[str, Any] | None = None) -> DeepStorage:
+    def from_uri(uri: str, options: Mapping[str, Any] | None = None, *,
+                 cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES) -> DeepStorage:
         """``file:///abs/dir`` or a plain path → local; ``s3://bucket/prefix`` → S3.
 
         ``options`` go to ``pyarrow.fs.S3FileSystem`` (``endpoint_override``, ``access_key``,
-        ``secret_key``, ``region``, ``scheme``...); see `S3DeepStorage.connect`.
+        ``secret_key``, ``region``, ``scheme``...); see `S3DeepStorage.connect`. ``cache_max_bytes``
+        bounds the local copies of remote segments (see `SegmentCache`).
         """
         parts = urlsplit(uri)
         if parts.scheme == "":
@@ -71,7 +81,7 @@ class DeepStorage(ABC):
         if parts.scheme == "s3":
             if not parts.netloc:
                 raise ValueError(f"deep storage URI {uri!r}: expected s3://bucket/prefix, found no bucket")
-            return S3DeepStorage.connect(parts.netloc, parts.path, options or {})
+            return S3DeepStorage.connect(parts.netloc, parts.path, options or {}, cache_max_bytes=cache_max_bytes)
         raise ValueError(
             f"deep storage URI {uri!r}: unsupported scheme {parts.scheme!r}; "
             "expected file:///abs/dir, a plain path or s3://bucket/prefix"
@@ -119,26 +129,22 @@ class LocalDeepStorage(DeepStorage):
         path = Path(self.local_path(load_spec)).resolve()
         if not path.is_relative_to(self.root):
             raise ValueError(f"refusing to delete {path}: it is outside deep storage {self.root}")
-        path.unlink(missing_ok=True)
-        for folder in path.parents:
-            if folder == self.root or not folder.is_relative_to(self.root):
-                break
-            try:
-                folder.rmdir()
-            except OSError:  # not empty (other partitions or versions) or already gone
-                break
+        _remove_with_empty_folders(path, self.root)
 
 
 class S3DeepStorage(DeepStorage):
     """Deep storage in an S3-compatible object store, through ``pyarrow.fs``."""
 
-    def __init__(self, bucket: str, prefix: str, filesystem: pafs.FileSystem) -> None:
+    def __init__(self, bucket: str, prefix: str, filesystem: pafs.FileSystem, *,
+                 cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
+        self.cache_max_bytes = cache_max_bytes
         self._fs = filesystem
 
     @classmethod
-    def connect(cls, bucket: str, prefix: str, options: Mapping[str, Any]) -> S3DeepStorage:
+    def connect(cls, bucket: str, prefix: str, options: Mapping[str, Any], *,
+                cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES) -> S3DeepStorage:
         """Build the S3 client. Credentials come from ``options`` or the usual AWS sources.
 
         An S3-compatible server (MinIO, Ceph, ...) is reached with ``endpoint_override`` in
@@ -157,7 +163,7 @@ class S3DeepStorage(DeepStorage):
                 settings.setdefault("scheme", parts.scheme)
                 endpoint = parts.netloc
             settings["endpoint_override"] = endpoint
-        return cls(bucket, prefix, pafs.S3FileSystem(**settings))
+        return cls(bucket, prefix, pafs.S3FileSystem(**settings), cache_max_bytes=cache_max_bytes)
 
     def push(self, local_file: Path, segment_id: SegmentId, *, unique_path: bool = False) -> dict[str, Any]:
         key = "/".join(filter(None, [self.prefix, storage_dir(segment_id, unique_path), SEGMENT_FILE_NAME]))
@@ -166,15 +172,14 @@ class S3DeepStorage(DeepStorage):
         return {"type": "s3", "bucket": self.bucket, "key": key}
 
     def fetch(self, load_spec: Mapping[str, Any], cache_dir: Path) -> Path:
-        """Download once into ``cache_dir/bucket/key``; segment files are immutable, so a cached
-        copy is never stale."""
+        """The copy in ``cache_dir/bucket/key``, downloaded if the cache does not hold it."""
         bucket, key = self._location(load_spec)
-        target = cache_dir / bucket / key
-        if target.exists():
-            return target
-        with self._fs.open_input_stream(f"{bucket}/{key}") as source:
-            _write_atomically(source, target)
-        return target
+
+        def download(target: Path) -> None:
+            with self._fs.open_input_stream(f"{bucket}/{key}") as source:
+                _write_atomically(source, target)
+
+        return SegmentCache.at(cache_dir, self.cache_max_bytes).get(f"{bucket}/{key}", download)
 
     def delete(self, load_spec: Mapping[str, Any]) -> None:
         bucket, key = self._location(load_spec)
@@ -190,6 +195,91 @@ class S3DeepStorage(DeepStorage):
                 f"loadSpec {dict(load_spec)} is not readable by S3 deep storage; expected type 's3' with bucket and key"
             )
         return str(load_spec["bucket"]), str(load_spec["key"])
+
+
+class SegmentCache:
+    """Local copies of remote segment files under one folder, at most ``max_bytes`` of them: Druid's
+    segment cache. Segment files are immutable, so a copy is never stale.
+
+    When a new copy takes the total beyond the limit, the least recently used other copies are
+    deleted until it fits (the copy just fetched is kept even if it alone is larger). That is the
+    only eviction, so a file a query is about to read goes only when the cache is over its limit;
+    if it went all the same, the query finds it gone and the broker reruns it on a fresh snapshot,
+    which fetches it again. Recency survives a restart: a hit touches the file's mtime, and the
+    folder is read back in mtime order. One cache object serves a folder in a process (`at`).
+    """
+
+    _open: dict[Path, SegmentCache] = {}
+    _open_lock = threading.Lock()
+
+    def __init__(self, root: Path, max_bytes: int) -> None:
+        self.root = root
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._sizes: OrderedDict[str, int] | None = None  # key → bytes, least recently used first; read lazily
+
+    @classmethod
+    def at(cls, root: Path, max_bytes: int) -> SegmentCache:
+        """The process's cache of this folder (its limit is the latest one asked for)."""
+        root = root.resolve()
+        with cls._open_lock:
+            cache = cls._open.setdefault(root, cls(root, max_bytes))
+        cache.max_bytes = max_bytes
+        return cache
+
+    @property
+    def size_bytes(self) -> int:
+        with self._lock:
+            return sum(self._entries().values())
+
+    def get(self, key: str, download: Callable[[Path], None]) -> Path:
+        """The local copy of ``key`` (a relative path), made by ``download(path)`` when missing."""
+        target = self.root / key
+        with self._lock:
+            entries = self._entries()
+            if target.exists():
+                entries[key] = target.stat().st_size
+                entries.move_to_end(key)
+                os.utime(target)
+                return target
+            entries.pop(key, None)
+        download(target)  # outside the lock: other segments are served meanwhile; a duplicate download is harmless
+        with self._lock:
+            entries = self._entries()
+            entries[key] = target.stat().st_size
+            entries.move_to_end(key)
+            self._evict(keep=key)
+        return target
+
+    def _entries(self) -> OrderedDict[str, int]:
+        if self._sizes is None:
+            found = [(path.stat().st_mtime_ns, path.relative_to(self.root).as_posix(), path.stat().st_size)
+                     for path in self.root.rglob("*") if path.is_file() and not path.name.startswith(".")]
+            self._sizes = OrderedDict((key, size) for _, key, size in sorted(found))
+        return self._sizes
+
+    def _evict(self, keep: str) -> None:
+        entries = self._entries()
+        total = sum(entries.values())
+        for key in list(entries):
+            if total <= self.max_bytes:
+                return
+            if key == keep:
+                continue
+            total -= entries.pop(key)
+            _remove_with_empty_folders(self.root / key, self.root)
+
+
+def _remove_with_empty_folders(path: Path, root: Path) -> None:
+    """Delete a file and the folders it leaves empty, up to ``root``."""
+    path.unlink(missing_ok=True)
+    for folder in path.parents:
+        if folder == root or not folder.is_relative_to(root):
+            break
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (other partitions or versions) or already gone
+            break
 
 
 def _write_atomically(source: BinaryIO | pa.NativeFile, target: Path) -> None:

@@ -202,6 +202,40 @@ def test_aggregators_over_the_filtered_rows(cluster: Cluster) -> None:
     }}]
 
 
+def test_finalizing_field_access_reads_the_finished_value_of_a_sketch_aggregator(cluster: Cluster) -> None:
+    """Druid's fieldAccess on a cardinality aggregator is the sketch, finalizingFieldAccess its estimate: the
+    arithmetic over it must use the count of distinct pages (exact at this size)."""
+    answer = cluster.native({
+        "queryType": "groupBy", "dataSource": "wiki", "intervals": INTERVALS, "granularity": "all",
+        "dimensions": ["channel"],
+        "aggregations": [{"type": "cardinality", "name": "pages", "fields": ["page"]},
+                         {"type": "longSum", "name": "added", "fieldName": "added"}],
+        "postAggregations": [
+            {"type": "finalizingFieldAccess", "name": "distinct_pages", "fieldName": "pages"},
+            {"type": "arithmetic", "name": "added_per_page", "fn": "/",
+             "fields": [{"type": "fieldAccess", "fieldName": "added"},
+                        {"type": "finalizingFieldAccess", "fieldName": "pages"}]}]})
+    groups: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
+    for r in ROWS:
+        groups[r["channel"]].append(r)
+    expected = {channel: (len({r["page"] for r in rows}), sum(r["added"] for r in rows))
+                for channel, rows in groups.items()}
+    assert {row["event"]["channel"]: (row["event"]["distinct_pages"], row["event"]["added_per_page"])
+            for row in answer} == {channel: (pages, pytest.approx(added / pages))
+                                   for channel, (pages, added) in expected.items()}
+
+
+def test_div_in_a_virtual_column_truncates_like_druids_long_division(cluster: Cluster) -> None:
+    """div() of doubles is (long) (x / y): 2.5 / 0.5 is 5, not the 3 that rounding the operands first would give."""
+    answer = cluster.native({
+        "queryType": "scan", "dataSource": "wiki", "intervals": INTERVALS, "resultFormat": "compactedList",
+        "columns": ["__time", "quotient"],
+        "virtualColumns": [{"type": "expression", "name": "quotient", "expression": "div(delta, 0.5)",
+                            "outputType": "LONG"}]})
+    assert sorted(tuple(row) for batch in answer for row in batch["events"]) == sorted(
+        (int(r["__time"].timestamp() * 1000), int(r["delta"] / 0.5)) for r in ROWS)
+
+
 def test_timeseries_of_a_period_in_a_time_zone_prints_local_bucket_starts(cluster: Cluster) -> None:
     answer = cluster.native({
         "queryType": "timeseries", "dataSource": "wiki", "intervals": INTERVALS,

@@ -1,12 +1,14 @@
-"""Deep storage on a local folder: Druid's layout, atomic pushes, loadSpecs, deletes."""
+"""Deep storage on a local folder: Druid's layout, atomic pushes, loadSpecs, deletes; the bounded cache of remote
+segment files (against a real S3 server: tests/integration/test_s3_deep_storage.py)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from sluice.segment.deep_storage import DeepStorage, LocalDeepStorage, S3DeepStorage
+from sluice.segment.deep_storage import DeepStorage, LocalDeepStorage, S3DeepStorage, SegmentCache
 from sluice.segment.segment import Interval, SegmentId
 
 SEGMENT = SegmentId("wikipedia", Interval.parse("2015-09-12/2015-09-13"), "2023-06-23T21:07:28.226Z", 1)
@@ -106,3 +108,62 @@ def test_delete_removes_the_file_and_the_folders_it_empties(tmp_path: Path, segm
 def test_delete_refuses_foreign_load_specs(tmp_path: Path, load_spec: dict, error: str) -> None:
     with pytest.raises(ValueError, match=error):
         LocalDeepStorage(tmp_path / "deep").delete(load_spec)
+
+
+# ------------------------------------------------------------------------------------------------- segment cache
+
+
+class _Remote:
+    """Files a fake remote store holds, counting the downloads the cache asks for."""
+
+    def __init__(self, sizes: dict[str, int]) -> None:
+        self.sizes = sizes
+        self.downloads: list[str] = []
+
+    def get(self, cache: SegmentCache, key: str) -> Path:
+        def download(target: Path) -> None:
+            self.downloads.append(key)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(b"x" * self.sizes[key])
+
+        return cache.get(key, download)
+
+
+def _cached(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+
+
+def test_cache_downloads_once_and_evicts_the_least_recently_used_beyond_its_limit(tmp_path: Path) -> None:
+    remote = _Remote({"b/a/index.parquet": 40, "b/b/index.parquet": 40, "b/c/index.parquet": 40})
+    cache = SegmentCache(tmp_path / "cache", max_bytes=100)
+    a = remote.get(cache, "b/a/index.parquet")
+    remote.get(cache, "b/b/index.parquet")
+    assert remote.get(cache, "b/a/index.parquet") == a  # a hit, and now the most recently used
+    assert remote.downloads == ["b/a/index.parquet", "b/b/index.parquet"]
+
+    remote.get(cache, "b/c/index.parquet")  # 120 bytes > 100: b, the least recently used, goes
+    assert _cached(tmp_path / "cache") == {"b/a/index.parquet", "b/c/index.parquet"}
+    assert cache.size_bytes == 80
+    assert not (tmp_path / "cache" / "b" / "b").exists()  # no empty folders left behind
+
+
+def test_cache_keeps_the_file_just_fetched_even_when_it_alone_exceeds_the_limit(tmp_path: Path) -> None:
+    remote = _Remote({"small": 10, "huge": 500})
+    cache = SegmentCache(tmp_path / "cache", max_bytes=100)
+    remote.get(cache, "small")
+    assert remote.get(cache, "huge").stat().st_size == 500
+    assert _cached(tmp_path / "cache") == {"huge"}
+
+
+def test_cache_reads_back_a_folder_left_by_an_earlier_process_in_access_order(tmp_path: Path) -> None:
+    remote = _Remote({"old": 40, "recent": 40, "new": 40})
+    first = SegmentCache(tmp_path / "cache", max_bytes=100)
+    remote.get(first, "old")
+    remote.get(first, "recent")
+    os.utime(tmp_path / "cache" / "old", ns=(1, 1))  # accessed long ago
+
+    restarted = SegmentCache(tmp_path / "cache", max_bytes=100)
+    remote.get(restarted, "recent")
+    remote.get(restarted, "new")
+    assert remote.downloads == ["old", "recent", "new"]  # "recent" was served from the folder, not downloaded again
+    assert _cached(tmp_path / "cache") == {"recent", "new"}

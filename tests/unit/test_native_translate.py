@@ -303,6 +303,7 @@ def test_queries_that_cannot_be_planned_name_the_field(query: dict[str, Any], me
         ("timestamp_format(__time, 'yyyy')", "TIME_FORMAT(\"__time\", 'yyyy')"),
         ("'it\\'s' == \"page\"", "CAST('it''s' = \"page\" AS BIGINT)"),
         ("nvl(channel, 'none')", "COALESCE(\"channel\", 'none')"),
+        ("div(added, 2)", "DIV(\"added\", 2)"),
     ],
 )
 def test_druid_expressions_become_druid_sql(expression: str, sql: str) -> None:

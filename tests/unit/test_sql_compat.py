@@ -48,6 +48,9 @@ def _rows() -> list[dict[str, Any]]:
 
 
 ROWS = _rows()
+# A second data source to join with: one row per channel it knows (not #ja), written at the start of the data.
+LANGUAGES = [{"channel": "#en.wikipedia", "language": "English"}, {"channel": "#fr.wikipedia", "language": "French"},
+             {"channel": "#de.wikipedia", "language": "German"}]
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +75,16 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Broker:
             aggregators=[], shard_spec=numbered_shard_spec(0), num_rows=len(rows), size=path.stat().st_size,
             load_spec={"type": "local", "path": str(path)}))
     assert metadata.commit_segments_and_metadata(segments, "wikipedia", None, None).success
+    path = root / "languages.parquet"
+    pq.write_table(pa.table({
+        "__time": pa.array([START] * len(LANGUAGES), pa.timestamp("ms", tz="UTC")),
+        **{d: pa.array([r[d] for r in LANGUAGES], pa.string()) for d in ("channel", "language")},
+    }), path)
+    languages = DataSegment(
+        id=SegmentId("languages", Interval(START, START + timedelta(days=1)), "2026-01-01T00:00:00.000Z", 0),
+        dimensions=["channel", "language"], metrics=[], aggregators=[], shard_spec=numbered_shard_spec(0),
+        num_rows=len(LANGUAGES), size=path.stat().st_size, load_spec={"type": "local", "path": str(path)})
+    assert metadata.commit_segments_and_metadata([languages], "languages", None, None).success
     return Broker(metadata, LocalDeepStorage(root), root / "cache")
 
 
@@ -131,6 +144,49 @@ def _grouping_sets() -> list[tuple]:
     total = sum(r["delta"] for r in ROWS)
     rows = [(None, None, total, 3)] + [(None, b, s, 2) for b, s in sorted(by_robot.items())]
     return rows + [(c, None, s, 1) for c, s in sorted(by_channel.items())]
+
+
+def _rollup() -> list[tuple]:
+    """GROUP BY ROLLUP (channel, isRobot): every pair, a subtotal per channel, the grand total."""
+    pairs = {k: sum(r["added"] for r in rows)
+             for k, rows in _grouped(ROWS, lambda r: (r["channel"], r["isRobot"])).items()}
+    channels = {c: sum(r["added"] for r in rows) for c, rows in _grouped(ROWS, lambda r: r["channel"]).items()}
+    return ([(c, b, s, 0) for (c, b), s in sorted(pairs.items())]
+            + [(c, None, s, 1) for c, s in sorted(channels.items())]
+            + [(None, None, sum(r["added"] for r in ROWS), 3)])
+
+
+def _cube() -> list[tuple]:
+    """GROUP BY CUBE (isRobot, countryName): the rollup's groups plus a subtotal per country."""
+    def key(value: Any) -> tuple:  # NULLS FIRST, as Druid orders them ascending
+        return (value is not None, value or "")
+    groups: dict[tuple, int] = {}
+    for robot, country in {(r["isRobot"], r["countryName"]) for r in ROWS}:
+        groups[(robot, country, 0)] = sum(1 for r in ROWS if (r["isRobot"], r["countryName"]) == (robot, country))
+    for robot in {r["isRobot"] for r in ROWS}:
+        groups[(robot, None, 1)] = sum(1 for r in ROWS if r["isRobot"] == robot)
+    for country in {r["countryName"] for r in ROWS}:
+        groups[(None, country, 2)] = sum(1 for r in ROWS if r["countryName"] == country)
+    groups[(None, None, 3)] = len(ROWS)
+    ordered = sorted(groups.items(), key=lambda kv: (kv[0][2], key(kv[0][0]), key(kv[0][1])))
+    return [(robot, country, n, level) for (robot, country, level), n in ordered]
+
+
+def _earliest_by() -> list[tuple]:
+    """EARLIEST_BY over `__time` and over another timestamp (the edit time one day later: the same order)."""
+    return [(c, rows[0]["page"], rows[0]["user"], rows[-1]["page"])
+            for c, rows in sorted(_grouped(ROWS, lambda r: r["channel"]).items())]
+
+
+def _join_languages() -> list[tuple]:
+    language = {r["channel"]: r["language"] for r in LANGUAGES}
+    joined = _grouped([r for r in ROWS if r["channel"] in language], lambda r: language[r["channel"]])
+    return [(lang, len(rows), sum(r["added"] for r in rows)) for lang, rows in sorted(joined.items())]
+
+
+def _left_join_languages() -> list[tuple]:
+    language = {r["channel"]: r["language"] for r in LANGUAGES}
+    return [(c, language.get(c), len(rows)) for c, rows in sorted(_grouped(ROWS, lambda r: r["channel"]).items())]
 
 
 def _earliest_latest() -> list[tuple]:
@@ -226,6 +282,18 @@ COMPAT: list[tuple[str, str, Callable[[], list[tuple]], dict[str, Any]]] = [
         FROM wikipedia""", _robot_filters, {"useApproximateCountDistinct": False}),
     ("grouping sets", """SELECT channel, isRobot, SUM(delta), GROUPING(channel, isRobot) FROM wikipedia
         GROUP BY GROUPING SETS ((channel), (isRobot), ()) ORDER BY 4 DESC, 1, 2""", _grouping_sets, {}),
+    ("rollup", """SELECT channel, isRobot, SUM(added), GROUPING(channel, isRobot) FROM wikipedia
+        GROUP BY ROLLUP (channel, isRobot) ORDER BY 4, 1, 2""", _rollup, {}),
+    ("cube", """SELECT isRobot, countryName, COUNT(*), GROUPING(isRobot, countryName) FROM wikipedia
+        GROUP BY CUBE (isRobot, countryName) ORDER BY 4, 1 NULLS FIRST, 2 NULLS FIRST""", _cube, {}),
+    ("earliest_by", """SELECT channel, EARLIEST_BY(page, __time), EARLIEST_BY("user", TIME_SHIFT(__time, 'P1D', 1), 64),
+        LATEST_BY(page, MILLIS_TO_TIMESTAMP(TIMESTAMP_TO_MILLIS(__time))) FROM wikipedia GROUP BY channel ORDER BY 1""",
+     _earliest_by, {}),
+    ("join of two data sources", """SELECT l.language, COUNT(*), SUM(w.added) FROM wikipedia w
+        INNER JOIN languages l ON w.channel = l.channel GROUP BY l.language ORDER BY 1""", _join_languages, {}),
+    ("left join of two data sources", """SELECT w.channel, MAX(l.language), COUNT(*) FROM wikipedia w
+        LEFT JOIN druid.languages l ON w.channel = l.channel GROUP BY w.channel ORDER BY 1""",
+     _left_join_languages, {}),
     ("earliest and latest", """SELECT channel, EARLIEST(page, 100), LATEST(page, 100), LATEST_BY(added, __time)
         FROM wikipedia GROUP BY channel ORDER BY channel""", _earliest_latest, {}),
     ("string_agg distinct", """SELECT channel, STRING_AGG(DISTINCT countryName, ',') FROM wikipedia
@@ -285,6 +353,20 @@ def test_approximations_are_close_and_exact_modes_are_exact(broker: Broker) -> N
     exact = broker.sql("SELECT COUNT(DISTINCT channel || page) FROM wikipedia", [],
                        {"useApproximateCountDistinct": "false"}).rows
     assert exact == [(len({(r["channel"], r["page"]) for r in ROWS}),)]
+
+
+def test_any_value_is_a_value_of_its_group(broker: Broker) -> None:
+    """ANY_VALUE (Druid: any value of the group, nulls included) picks some row's value, never another group's."""
+    rows = broker.sql("""SELECT channel, ANY_VALUE(page), ANY_VALUE(countryName, 100), ANY_VALUE(added)
+                         FROM wikipedia GROUP BY channel ORDER BY channel""").rows
+    groups = _grouped(ROWS, lambda r: r["channel"])
+    assert [r[0] for r in rows] == sorted(groups)
+    for channel, page, country, added in rows:
+        assert page in {r["page"] for r in groups[channel]}
+        assert country in {r["countryName"] for r in groups[channel]}
+        assert added in {r["added"] for r in groups[channel]}
+    constant = broker.sql("SELECT isRobot, ANY_VALUE(UPPER(isRobot)) FROM wikipedia GROUP BY 1 ORDER BY 1").rows
+    assert constant == [("false", "FALSE"), ("true", "TRUE")]
 
 
 def test_array_agg_distinct_is_sorted_with_nulls_first(broker: Broker) -> None:
