@@ -38,6 +38,14 @@ def main(argv: list[str] | None = None) -> None:
                                   '"emitters":["prometheus","logging"]}\' (default: prometheus, served on /metrics)')
         if role is Role.WORKER:
             command.add_argument("--capacity", type=int, default=2, help="tasks (peons) at once")
+        if role in (Role.ALL_IN_ONE, Role.BROKER):
+            command.add_argument("--max-query-rows", type=int, default=100_000,
+                                 help="the most rows a query may return; a larger result is refused with Druid's "
+                                      "'Resource limit exceeded' (default: 100000, Druid's maxSubqueryRows; 0: no "
+                                      "limit)")
+            command.add_argument("--query-memory-limit", default="4GB",
+                                 help="DuckDB's memory limit, shared by the queries running at once over the same "
+                                      "segments (default: 4GB)")
         if role is Role.OVERLORD:
             command.add_argument("--worker-select-strategy", default="equalDistribution",
                                  choices=["equalDistribution", "fillCapacity"])
@@ -58,6 +66,8 @@ def main(argv: list[str] | None = None) -> None:
                                deep_storage=args.deep_storage, spark_master=args.spark_master, role=args.role,
                                capacity=getattr(args, "capacity", 2),
                                worker_select_strategy=getattr(args, "worker_select_strategy", "equalDistribution"),
+                               max_query_rows=getattr(args, "max_query_rows", 100_000),
+                               query_memory_limit=getattr(args, "query_memory_limit", "4GB"),
                                emitter=args.emitter))
         node.start()
         print(f"Sluice {args.role.value} serves on http://{args.host}:{args.port} (Ctrl-C to stop)")

@@ -4,19 +4,34 @@ A query is translated first, which tells the broker which data sources it reads 
 `__time`; only the segments (and realtime pieces) overlapping those intervals are handed to the engine, as Druid's
 broker only asks the segments a query's intervals cover. A segment a higher version overshadows in part is read only
 where the timeline shows it, as Druid's broker asks a historical for the visible interval of a segment (its
-SegmentDescriptor), not for the whole segment. What the metadata store says is kept for a short time
-(`snapshot_ttl_s`) rather than read again for every query; a file that vanished in between (a segment dropped, a
-realtime piece handed off) makes the query run once more on a fresh snapshot.
+SegmentDescriptor), not for the whole segment.
+
+**The hand-off never counts a row twice or drops it.** A query reads one snapshot: the running tasks' views (what each
+has persisted, from where it started reading), fetched first, then the committed state (used segments and committed
+stream offsets) read in one metadata transaction, and the realtime rule (`realtime.visible_pieces`) applied to the
+views against that state's offsets. A task's publish makes its segments used and moves the offsets past its start in
+one transaction, and the task deletes its persists only after that commit and leaves the running list only after
+that. So, for a task that has rows:
+- it committed before the state was read: its segments are in the state and its offsets moved, so its pieces are
+  skipped, however stale its view;
+- it commits after: its segments are not in the state and its pieces answer (what it had persisted when its view was
+  fetched; later rows are not visible yet). Its files may vanish before the engine reads them: the query then runs
+  once more on a fresh snapshot;
+- it is not among the views: it left the running list, so committed, before the views were fetched, hence before the
+  state was read (or it failed and committed nothing, and its rows will be read again).
+Views fetched after the state would lose a task that published and left in between, and offsets read apart from the
+segments would hide or double a publish landing between the two reads. The snapshot is kept whole (views, segments
+and offsets together) for `snapshot_ttl_s` rather than taken again for every query, for the same reasons.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -24,32 +39,32 @@ from sluice.broker import system_tables as sys_tables
 from sluice.broker.engine import ClippedFile, QueryResult, SegmentFile, SegmentFileGone, SqlEngine, table_columns
 from sluice.broker.errors import SqlError
 from sluice.broker.intervals import overlaps_any
+from sluice.broker.realtime import RealtimePiece, piece_footer, visible_pieces
 from sluice.broker.sql import translate_query
-from sluice.broker.system_tables import Server, SystemTable
+from sluice.broker.system_tables import RealtimeSegment, Server, SystemTable
 from sluice.discovery import BROKER, OVERLORD, WORKER, live_nodes
 from sluice.metadata.store import MetadataStore
 from sluice.segment.deep_storage import DeepStorage
 from sluice.segment.segment import ETERNITY, DataSegment, Interval, SegmentId
 from sluice.segment.timeline import VersionedIntervalTimeline
 
+if TYPE_CHECKING:
+    from sluice.task.kafka_index_task import RealtimeView
 
-@dataclass(frozen=True)
-class RealtimePiece:
-    """Rows a running task has read but not published yet: a Parquet file holding rows of `interval`."""
-
-    path: str
-    interval: Interval
-
-
-Realtime = Callable[[], Mapping[str, Sequence[RealtimePiece]]]
+#: What the running streaming tasks have persisted, one view per task (replicas included).
+RealtimeViews = Callable[[], Iterable["RealtimeView"]]
+#: Live JSON for a sys table, or None when it cannot be had (the stored state is shown then).
+LiveState = Callable[[], Sequence[Mapping[str, Any]] | None]
 
 
 @dataclass(frozen=True)
 class _Snapshot:
-    """What the metadata store said at one moment."""
+    """What the running tasks and the metadata store said at one moment (see the module's docstring)."""
 
     taken: float  # time.monotonic()
     used: list[DataSegment]
+    # per data source, the running tasks' files whose rows the used segments do not hold
+    realtime: dict[str, list[RealtimePiece]]
     visible: dict[str, list[DataSegment]]  # per data source, what the timeline shows, in segment id order
     # Where a visible segment shows only in part (a higher version overshadows the rest): those parts, in time order.
     # Every segment missing here shows over its whole interval.
@@ -69,22 +84,22 @@ class Broker:
         cache_dir: Path,
         engine: SqlEngine | None = None,
         *,
-        realtime: Realtime | None = None,
-        supervisors: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
-        tasks: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
+        realtime: RealtimeViews | None = None,
+        supervisors: LiveState | None = None,
+        tasks: LiveState | None = None,
         servers: Callable[[], Sequence[Server]] | None = None,
         snapshot_ttl_s: float = 0.5,
     ) -> None:
-        """`realtime` lists the unpublished pieces of running tasks per data source. `supervisors` (SupervisorStatus
-        JSON), `tasks` (TaskStatusPlus JSON) and `servers` give live state for the sys tables; without them, what
-        the metadata store holds is shown."""
+        """`realtime` gives the running tasks' views. `supervisors` (SupervisorStatus JSON), `tasks` (TaskStatusPlus
+        JSON) and `servers` give live state for the sys tables; without them, or when they give None, what the
+        metadata store holds is shown."""
         self._metadata = metadata
         self._deep_storage = deep_storage
         self._cache_dir = cache_dir
         self._engine = engine or SqlEngine()
-        self._realtime = realtime or dict
-        self._supervisors = supervisors or self._stored_supervisors
-        self._tasks = tasks or self._stored_tasks
+        self._realtime = realtime or list
+        self._supervisors = supervisors or (lambda: None)
+        self._tasks = tasks or (lambda: None)
         self._servers = servers or self._announced_servers
         self._snapshot_ttl_s = snapshot_ttl_s
         self._snapshot_lock = threading.Lock()
@@ -114,22 +129,20 @@ class Broker:
     def _sql(self, query: str, parameters: Sequence[dict[str, Any]], context: Mapping[str, Any] | None,
              fresh: bool) -> QueryResult:
         snapshot = self._snapshot(fresh)
-        realtime = {source: list(pieces) for source, pieces in self._realtime().items() if pieces}
-        existing = set(snapshot.visible) | set(realtime)
-        translation = translate_query(query, existing, context)
-        files = {source: self._files(snapshot, source, realtime.get(source, []), translation.intervals[source])
+        translation = translate_query(query, set(snapshot.visible) | set(snapshot.realtime), context)
+        files = {source: self._files(snapshot, source, translation.intervals[source])
                  for source in translation.data_sources}
-        system = {table: self._system_table(table, snapshot, realtime) for table in translation.system_tables}
+        system = {table: self._system_table(table, snapshot) for table in translation.system_tables}
         return self._engine.run(translation, files, parameters, system)
 
-    def _files(self, snapshot: _Snapshot, source: str, pieces: list[RealtimePiece],
-               intervals: list[Interval]) -> list[SegmentFile]:
+    def _files(self, snapshot: _Snapshot, source: str, intervals: list[Interval]) -> list[SegmentFile]:
         """The files of the segments and pieces visible within the query's intervals; when none is, one file all the
         same, which gives the data source its columns (the query's own filter then finds no rows in it)."""
         segments = snapshot.visible.get(source, [])
+        pieces = snapshot.realtime.get(source, [])
         files = [self._file(snapshot, s) for s in segments
                  if any(overlaps_any(part, intervals) for part in snapshot.clipped.get(s.id, (s.interval,)))]
-        files += [piece.path for piece in pieces if overlaps_any(piece.interval, intervals)]
+        files += [piece.path for piece in pieces if overlaps_any(piece_footer(piece.path).interval, intervals)]
         return files or ([self._file(snapshot, segments[0])] if segments else [pieces[0].path])
 
     def _file(self, snapshot: _Snapshot, segment: DataSegment) -> SegmentFile:
@@ -148,40 +161,46 @@ class Broker:
         with self._snapshot_lock:
             current = self._current
             if fresh or current is None or time.monotonic() - current.taken > self._snapshot_ttl_s:
-                used = self._metadata.used_segments()
+                views = list(self._realtime())  # first: see the module's docstring
+                committed = self._metadata.committed_state()
+                realtime = visible_pieces(views, {source: offsets.offsets
+                                                  for source, offsets in committed.stream_offsets.items()})
+                used = committed.used_segments
                 if current is not None and [s.id for s in used] == [s.id for s in current.used]:
-                    current = replace(current, taken=time.monotonic())  # same segments: same timeline
+                    # same segments: same timeline
+                    current = replace(current, taken=time.monotonic(), realtime=realtime)
                 else:
-                    current = _take_snapshot(used)
+                    current = _take_snapshot(used, realtime)
                 self._current = current
             return current
 
     # ----------------------------------------------------------------------------------------------- system tables
 
-    def _system_table(self, table: SystemTable, snapshot: _Snapshot,
-                      realtime: Mapping[str, list[RealtimePiece]]) -> pa.Table:
+    def _system_table(self, table: SystemTable, snapshot: _Snapshot) -> pa.Table:
         available = {segment.id for segments in snapshot.visible.values() for segment in segments}
+        sources = set(snapshot.visible) | set(snapshot.realtime)
         if table is sys_tables.SCHEMATA:
             return sys_tables.schemata()
         if table is sys_tables.TABLES:
-            return sys_tables.tables(set(snapshot.visible) | set(realtime))
+            return sys_tables.tables(sources)
         if table is sys_tables.COLUMNS:
-            sources = set(snapshot.visible) | set(realtime)
             return sys_tables.columns({
                 source: [(name, sys_tables.sql_type(kind)) for name, kind in table_columns(
                     [self._local_path(s) for s in snapshot.visible.get(source, [])]
-                    + [piece.path for piece in realtime.get(source, [])])]
+                    + [piece.path for piece in snapshot.realtime.get(source, [])])]
                 for source in sources
             })
         if table is sys_tables.SEGMENTS:
-            return sys_tables.segments(snapshot.used, available, snapshot.overshadowed)
+            return sys_tables.segments(snapshot.used, available, snapshot.overshadowed, _realtime_segments(snapshot))
         if table is sys_tables.SERVERS:
             return sys_tables.servers(self._servers())
         if table is sys_tables.SERVER_SEGMENTS:
             return sys_tables.server_segments(self._servers(), sorted(available))
         if table is sys_tables.TASKS:
-            return sys_tables.tasks(self._tasks())
-        return sys_tables.supervisors(self._supervisors())
+            live = self._tasks()
+            return sys_tables.tasks(live if live is not None else self._stored_tasks())
+        live = self._supervisors()
+        return sys_tables.supervisors(live if live is not None else self._stored_supervisors())
 
     def _stored_tasks(self) -> list[dict[str, Any]]:
         return [sys_tables.task_status(record) for record in self._metadata.list_tasks()]
@@ -195,7 +214,22 @@ class Broker:
                 for role, server_type in _SERVER_TYPES.items() for node in live_nodes(self._metadata, role)]
 
 
-def _take_snapshot(used: list[DataSegment]) -> _Snapshot:
+def _realtime_segments(snapshot: _Snapshot) -> list[RealtimeSegment]:
+    """One realtime segment per task group that answers, over all its files."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for source, pieces in snapshot.realtime.items():
+        for piece in pieces:
+            groups.setdefault((source, piece.sequence_name), []).append(piece.path)
+    segments = []
+    for (source, sequence), paths in sorted(groups.items()):
+        footers = [piece_footer(path) for path in paths]
+        interval = Interval(min(f.interval.start for f in footers), max(f.interval.end for f in footers))
+        segments.append(RealtimeSegment(sequence, source, interval, sum(f.num_rows for f in footers),
+                                        sum(f.size for f in footers)))
+    return segments
+
+
+def _take_snapshot(used: list[DataSegment], realtime: dict[str, list[RealtimePiece]]) -> _Snapshot:
     by_source: dict[str, list[DataSegment]] = {}
     for segment in used:
         by_source.setdefault(segment.data_source, []).append(segment)
@@ -206,5 +240,5 @@ def _take_snapshot(used: list[DataSegment]) -> _Snapshot:
         visible[source] = sorted((s for s in segments if s.id in parts), key=lambda s: s.id)
         clipped |= {s.id: tuple(parts[s.id]) for s in visible[source] if parts[s.id] != [s.interval]}
         overshadowed |= timeline.find_fully_overshadowed()
-    return _Snapshot(time.monotonic(), used, visible, clipped, overshadowed)
+    return _Snapshot(time.monotonic(), used, realtime, visible, clipped, overshadowed)
 

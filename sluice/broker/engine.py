@@ -82,9 +82,12 @@ class SqlEngine:
     """Executes translated Druid SQL on DuckDB."""
 
     def __init__(self, threads: int | None = None, memory_limit: str | None = None,
-                 max_result_rows: int | None = None, databases: int = 8) -> None:
-        """`memory_limit` (DuckDB's, e.g. "2GB") bounds each query; `max_result_rows` bounds what one query may
-        return; `databases` is how many file sets keep an open database."""
+                 max_result_rows: int | None = None, databases: int = 8, temp_directory: str | None = None) -> None:
+        """`memory_limit` (DuckDB's, e.g. "2GB") bounds each database: the queries running at once over one file set
+        share it (DuckDB has no per-connection limit, and a database per query would lose what keeping one saves);
+        past it, DuckDB spills sorts and hash tables to `temp_directory` (its default: `.tmp` in the working
+        directory). `max_result_rows` bounds what one query may return; `databases` is how many file sets keep an
+        open database."""
         self._config: dict[str, Any] = {
             "threads": threads or min(4, os.cpu_count() or 1),
             "autoload_known_extensions": False,
@@ -92,6 +95,8 @@ class SqlEngine:
         }
         if memory_limit:
             self._config["memory_limit"] = memory_limit
+        if temp_directory:
+            self._config["temp_directory"] = temp_directory
         self._memory_limit = memory_limit
         self._max_result_rows = max_result_rows
         self._capacity = databases
@@ -182,8 +187,8 @@ class SqlEngine:
         rows = cursor.fetchmany(self._max_result_rows + 1)
         if len(rows) > self._max_result_rows:
             raise SqlError.resource_limit(
-                f"Query returned more than the {self._max_result_rows} rows a query may return; "
-                "add a LIMIT or a narrower WHERE clause")
+                f"Query returned more than the {self._max_result_rows} rows a query may return (the broker's "
+                "--max-query-rows); add a LIMIT or a narrower WHERE clause")
         return rows
 
     @contextmanager

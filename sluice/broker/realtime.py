@@ -2,87 +2,92 @@
 
 A reading task's persists hold the rows it has read; they become segments when its publish commits, in
 the same transaction that moves the data source's committed offsets from the task's start to its end.
-So a task's persists are visible exactly while the committed offsets of its partitions have not moved past
-its start: after that its rows are in segments (which the broker read first, so a publish between the two
-reads can only hide rows for a moment, never double them). Replicas of a task group hold the same rows:
-only the one that read furthest answers.
+So, against one committed state (used segments and committed offsets read together), a task's persists
+are visible exactly while the committed offsets of its partitions have not moved past its start: after
+that, the state's segments hold its rows. Replicas of a task group hold the same rows: only the one that
+read furthest answers. (How the broker orders this against fetching the tasks' views: sluice/broker/broker.py.)
 """
 
 from __future__ import annotations
 
-import logging
-import threading
-import time
-from typing import Callable, Iterable, Mapping
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import httpx
+import pyarrow.parquet as pq
 
-from sluice.broker.broker import RealtimePiece
-from sluice.segment.segment import ETERNITY
-from sluice.server.api_chat import CHAT_PREFIX
-from sluice.task.kafka_index_task import TASK_TYPE, RealtimeView
+from sluice.broker.engine import SegmentFileGone
+from sluice.broker.sql import TIME_COLUMN
+from sluice.segment.segment import ETERNITY, Interval
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from sluice.task.kafka_index_task import RealtimeView
+
+
+@dataclass(frozen=True)
+class RealtimePiece:
+    """Rows a running task has read but not published yet: one Parquet persist file of a task group's sequence."""
+
+    path: str
+    #: the task group's baseSequenceName, which its replicas share
+    sequence_name: str
 
 
 def visible_pieces(views: Iterable[RealtimeView],
-                   committed: Callable[[str], Mapping[int, int]]) -> dict[str, list[RealtimePiece]]:
-    """Per data source, the files of the furthest replica of every group whose rows are not committed."""
+                   committed: Mapping[str, Mapping[int, int]]) -> dict[str, list[RealtimePiece]]:
+    """Per data source, the files of the furthest replica of every group whose rows `committed` (per data source,
+    the committed offset of each partition) does not hold yet."""
     furthest: dict[tuple[str, str], RealtimeView] = {}
     for view in views:
         key = (view.data_source, view.base_sequence_name)
         if view.files and (key not in furthest or view.progress > furthest[key].progress):
             furthest[key] = view
-    stored: dict[str, Mapping[int, int]] = {}
     pieces: dict[str, list[RealtimePiece]] = {}
-    for (source, _), view in sorted(furthest.items()):
-        offsets = stored.setdefault(source, committed(source))
+    for (source, sequence), view in sorted(furthest.items()):
+        offsets = committed.get(source, {})
         if any(offsets.get(p, start) > start for p, start in view.start_offsets.items()):
             continue  # its publish committed: the rows are in segments now
-        pieces.setdefault(source, []).extend(RealtimePiece(path, ETERNITY) for path in view.files)
+        pieces.setdefault(source, []).extend(RealtimePiece(path, sequence) for path in view.files)
     return pieces
 
 
-class RemoteRealtimeViews:
-    """A broker process's view of the reading tasks in peons: the overlord lists the running tasks and
-    where their peons serve, and each peon tells what it has persisted (`GET …/chat/{id}/realtime`).
+@dataclass(frozen=True)
+class PieceFooter:
+    """What a persist file's Parquet footer tells without reading its rows."""
 
-    Asked at most once per `ttl` seconds, so a burst of queries costs one round of requests.
-    """
+    num_rows: int
+    size: int  # bytes
+    #: from the first to just after the last `__time` (Druid's intervals end exclusive, in milliseconds);
+    #: ETERNITY when the file keeps no statistics for it
+    interval: Interval
 
-    def __init__(self, overlords: Callable[[], list[str]], ttl: float = 1.0) -> None:
-        self._overlords = overlords
-        self._ttl = ttl
-        self._http = httpx.Client(timeout=5)
-        self._cached: tuple[float, list[RealtimeView]] = (float("-inf"), [])
-        self._lock = threading.Lock()
 
-    def __call__(self) -> list[RealtimeView]:
-        with self._lock:
-            fetched_at, views = self._cached
-            if time.monotonic() - fetched_at > self._ttl:
-                views = self._fetch()
-                self._cached = (time.monotonic(), views)
-            return views
+def piece_footer(path: str) -> PieceFooter:
+    """The footer of a persist file (read once per version of the file); SegmentFileGone once it was handed off."""
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError as e:
+        raise SegmentFileGone(f"Realtime file {path} no longer exists") from e
+    return _footer(path, stat.st_mtime_ns, stat.st_size)
 
-    def _fetch(self) -> list[RealtimeView]:
-        views = []
-        for overlord in self._overlords():
-            try:
-                tasks = self._http.get(f"{overlord}/druid/indexer/v1/tasks",
-                                       params={"state": "running", "type": TASK_TYPE}).json()
-            except (httpx.HTTPError, ValueError) as error:
-                log.warning("overlord %s did not list its running tasks: %s", overlord, error)
-                continue
-            for task in tasks:
-                location = task.get("location") or {}
-                if (location.get("port") or -1) <= 0:
-                    continue
-                url = f"http://{location['host']}:{location['port']}{CHAT_PREFIX}/{task['id']}/realtime"
-                try:
-                    response = self._http.get(url)
-                except httpx.HTTPError:
-                    continue  # a peon that just finished: its rows are committed or were never going to be
-                if response.status_code == 200:
-                    views.append(RealtimeView.from_json(response.json()))
-        return views
+
+@lru_cache(maxsize=65536)
+def _footer(path: str, _mtime_ns: int, size: int) -> PieceFooter:
+    metadata = pq.read_metadata(path)
+    names = metadata.schema.names
+    interval = ETERNITY
+    if TIME_COLUMN in names and metadata.num_row_groups:
+        column = names.index(TIME_COLUMN)
+        statistics = [metadata.row_group(g).column(column).statistics for g in range(metadata.num_row_groups)]
+        if all(s is not None and s.has_min_max for s in statistics):
+            start, end = min(_utc(s.min) for s in statistics), max(_utc(s.max) for s in statistics)
+            interval = Interval(start, end + timedelta(milliseconds=1))
+    return PieceFooter(metadata.num_rows, size, interval)
+
+
+def _utc(moment: datetime) -> datetime:
+    """A `__time` statistic: zoned when the file stores UTC-adjusted instants, naive (meaning UTC) otherwise."""
+    return moment.astimezone(UTC) if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from sluice.metadata.store import TaskRecord
-from sluice.segment.segment import DataSegment, SegmentId
+from sluice.segment.segment import DataSegment, Interval, SegmentId
 from sluice.timestamps import format_timestamp
 
 CATALOG = "druid"
@@ -176,9 +176,24 @@ def sql_type(arrow_type: pa.DataType) -> str:
 # ---------------------------------------------------------------------------------------------------------- sys
 
 
-def segments(used: Iterable[DataSegment], available: set[SegmentId], overshadowed: set[SegmentId]) -> pa.Table:
-    """sys.segments of the published segments. Sluice serves a segment straight from deep storage, so one that the
-    timeline shows is available with one replica; the replication factor is unknown (no load rules): -1."""
+@dataclass(frozen=True)
+class RealtimeSegment:
+    """Rows a running task group has read but not published. Druid's sys.segments names such a segment by the id its
+    task allocated for it; Sluice's tasks allocate ids only when they publish, so the row is named by the group's
+    baseSequenceName (its replicas share it; the next generation of the group gets another)."""
+
+    segment_id: str
+    data_source: str
+    interval: Interval  # from its first row to just after its last
+    num_rows: int
+    size: int  # bytes
+
+
+def segments(used: Iterable[DataSegment], available: set[SegmentId], overshadowed: set[SegmentId],
+             realtime: Iterable[RealtimeSegment] = ()) -> pa.Table:
+    """sys.segments: the published segments, then the realtime ones. Sluice serves a published segment straight from
+    deep storage, so one that the timeline shows is available with one replica; the replication factor is unknown
+    (no load rules): -1. A realtime segment is served by the one replica of its group that answers queries."""
     rows = []
     for segment in used:
         is_available = segment.id in available
@@ -189,6 +204,13 @@ def segments(used: Iterable[DataSegment], available: set[SegmentId], overshadowe
             int(is_available), segment.num_rows, int(not is_overshadowed), 1, int(is_available), 0,
             int(is_overshadowed), _json(segment.shard_spec), _json(segment.dimensions), _json(segment.metrics),
             None, -1,
+        ))
+    for served in realtime:
+        # is_active: Druid's (is_published AND NOT is_overshadowed) OR is_realtime
+        rows.append((
+            served.segment_id, served.data_source, format_timestamp(served.interval.start),
+            format_timestamp(served.interval.end), served.size, None, None, 1, served.num_rows, 1, 0, 1, 1, 0,
+            None, None, None, None, -1,
         ))
     return SEGMENTS.arrow_table(rows)
 
@@ -236,15 +258,19 @@ def tasks(statuses: Iterable[Mapping[str, Any]]) -> pa.Table:
     return TASKS.arrow_table(rows)
 
 
-def task_status(record: TaskRecord) -> dict[str, Any]:
-    """TaskStatusPlus JSON from the stored record alone: where a running task runs is the runner's to say."""
+def task_status(record: TaskRecord, runner_status: str | None = None,
+                location: tuple[str, int] | None = None) -> dict[str, Any]:
+    """TaskStatusPlus JSON of a stored task. Where a running task runs and what its runner says are the runner's to
+    tell; without them, an active task shows as RUNNING, nowhere."""
     status = record.status
+    host, port = location or (None, -1)
     return {
         "id": record.id, "groupId": record.group_id, "type": record.task_type, "dataSource": record.data_source,
         "createdTime": record.created_date, "queueInsertionTime": record.created_date,
         "statusCode": status.get("statusCode") or status.get("status"),
-        "runnerStatusCode": "RUNNING" if record.active else "NONE", "duration": status.get("duration", -1),
-        "location": {"host": None, "port": -1, "tlsPort": -1}, "errorMsg": status.get("errorMsg"),
+        "runnerStatusCode": runner_status or ("RUNNING" if record.active else "NONE"),
+        "duration": status.get("duration", -1), "location": {"host": host, "port": port, "tlsPort": -1},
+        "errorMsg": status.get("errorMsg"),
     }
 
 
@@ -255,14 +281,16 @@ def supervisors(statuses: Iterable[Mapping[str, Any]]) -> pa.Table:
     return SUPERVISORS.arrow_table(rows)
 
 
-def supervisor_status(spec_id: str, spec: Mapping[str, Any]) -> dict[str, Any]:
-    """SupervisorStatus JSON from the stored spec alone: a running supervisor's health is the overlord's to say."""
+def supervisor_status(spec_id: str, spec: Mapping[str, Any], health: tuple[str, str] | None = None) -> dict[str, Any]:
+    """SupervisorStatus JSON of a spec. A running supervisor's health, (state, detailedState), is its overlord's to
+    tell; without it, the stored spec shows as RUNNING (or SUSPENDED) and healthy."""
     suspended = bool(spec.get("suspended"))
     io_config = (spec.get("spec") or {}).get("ioConfig") or spec.get("ioConfig") or {}
-    state = "SUSPENDED" if suspended else "RUNNING"
-    return {"id": spec_id, "state": state, "detailedState": state, "healthy": True, "type": spec.get("type"),
-            "source": io_config.get("topic") or io_config.get("stream"), "suspended": suspended,
-            "specString": _json(spec)}
+    stored = "SUSPENDED" if suspended else "RUNNING"
+    state, detailed = health or (stored, stored)
+    return {"id": spec_id, "state": state, "detailedState": detailed, "healthy": not state.startswith("UNHEALTHY"),
+            "type": spec.get("type"), "source": io_config.get("topic") or io_config.get("stream"),
+            "suspended": suspended, "specString": _json(spec)}
 
 
 def _json(value: Any) -> str:

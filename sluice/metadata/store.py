@@ -52,6 +52,18 @@ class PublishResult:
 
 
 @dataclass(frozen=True)
+class CommittedState:
+    """What publishes have committed, as of one moment: the used segments and every data source's stream offsets.
+
+    A publish changes both in one transaction, so a state read in one transaction holds either all of a publish
+    or none of it; the broker relies on that to hand rows over from tasks to segments without a gap or a double.
+    """
+
+    used_segments: list[DataSegment]  # in segment id order
+    stream_offsets: dict[str, StreamOffsets]  # per data source
+
+
+@dataclass(frozen=True)
 class TaskRecord:
     """One row of ``druid_tasks``."""
 
@@ -244,6 +256,20 @@ class MetadataStore:
         with self._reader.connect() as conn:
             found = [DataSegment.from_payload(_load(payload)) for payload in conn.scalars(query)]
         return sorted(found, key=lambda segment: segment.id)
+
+    def committed_state(self) -> CommittedState:
+        """The used segments and the committed stream offsets, read in one transaction. SQLite's read transaction
+        sees one snapshot (WAL); PostgreSQL's default READ COMMITTED gives each statement its own, so a publish
+        could land between the two reads there: REPEATABLE READ keeps the first statement's snapshot."""
+        segments, offsets = tables.segments, tables.data_source
+        with self._reader.connect() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execution_options(isolation_level="REPEATABLE READ")
+            used = [DataSegment.from_payload(_load(payload))
+                    for payload in conn.scalars(select(segments.c.payload).where(segments.c.used.is_(True)))]
+            committed = {row.dataSource: StreamOffsets.from_payload(_load(row.commit_metadata_payload))
+                         for row in conn.execute(select(offsets.c.dataSource, offsets.c.commit_metadata_payload))}
+        return CommittedState(sorted(used, key=lambda segment: segment.id), committed)
 
     def max_segment_version(self, data_source: str, interval: Interval) -> str | None:
         """The highest version of the used segments overlapping `interval`: a new time-chunk lock's version

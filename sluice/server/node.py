@@ -16,9 +16,10 @@ from typing import Any, Callable
 
 from fastapi import FastAPI
 
+from sluice.broker import system_tables as sys_tables
 from sluice.broker.broker import Broker
 from sluice.broker.engine import SqlEngine
-from sluice.broker.realtime import RemoteRealtimeViews, visible_pieces
+from sluice.broker.overlord_client import OverlordClient
 from sluice.discovery import BROKER, OVERLORD, WORKER, Announcer, live_nodes
 from sluice.emitter import EmitterConfig, ServiceEmitter, build_emitter
 from sluice.lifecycle import Lifecycle, Stage
@@ -61,8 +62,18 @@ class NodeConfig:
     capacity: int = 2
     #: how the overlord picks a worker: equalDistribution or fillCapacity
     worker_select_strategy: str = "equalDistribution"
-    #: DuckDB's memory limit for one Druid SQL or native query (it would otherwise take 80% of the machine)
+    #: DuckDB's memory limit (it would otherwise take 80% of the machine). DuckDB bounds a database, not a query (it
+    #: has no per-connection limit): the broker keeps one database per set of files queried together, so queries
+    #: running at once over the same files share the limit, and the broker's DuckDB memory can reach it once per file
+    #: set being queried at that moment. Past it, DuckDB spills sorts and hash tables to <work-dir>/query-spill; a
+    #: query that still does not fit fails with Druid's "Resource limit exceeded". The rows a query returns are
+    #: bounded by `max_query_rows`, not by this.
     query_memory_limit: str = "4GB"
+    #: the most rows one Druid SQL or native query may return (0: no limit); a larger result is refused with Druid's
+    #: "Resource limit exceeded" (400), not truncated. Druid streams results and has no such limit; Sluice holds a
+    #: result in memory before sending it, so it bounds it, at Druid's bound for the rows a broker holds in memory
+    #: for one query's subqueries (druid.server.http.maxSubqueryRows).
+    max_query_rows: int = 100_000
     #: where metrics go; Prometheus by default, so every role serves GET /metrics
     emitter: EmitterConfig = EmitterConfig(type="prometheus")
 
@@ -188,13 +199,18 @@ class Node:
     # ---- broker ----
 
     def _start_broker(self) -> None:
+        engine = SqlEngine(memory_limit=self.config.query_memory_limit,
+                           max_result_rows=self.config.max_query_rows or None,
+                           temp_directory=str(self.config.work_dir / "query-spill"))
         if self.config.role is Role.ALL_IN_ONE:
-            views: Callable[[], list[RealtimeView]] = self._thread_task_views
+            self.broker = Broker(self.metadata, self.deep_storage, self.config.work_dir / "segment-cache", engine,
+                                 realtime=self._thread_task_views, supervisors=self._supervisor_statuses,
+                                 tasks=self._task_statuses)
         else:
-            views = RemoteRealtimeViews(self._overlords)
-        self.broker = Broker(self.metadata, self.deep_storage, self.config.work_dir / "segment-cache",
-                             SqlEngine(memory_limit=self.config.query_memory_limit),
-                             realtime=lambda: visible_pieces(views(), self._committed_offsets))
+            overlord = OverlordClient(self._overlords)
+            self.broker = Broker(self.metadata, self.deep_storage, self.config.work_dir / "segment-cache", engine,
+                                 realtime=overlord.realtime_views, supervisors=overlord.supervisor_statuses,
+                                 tasks=overlord.task_statuses)
         self.app.include_router(sql_router(self.broker))
         self.app.include_router(native_router(self.broker, self.metadata))
 
@@ -203,12 +219,27 @@ class Node:
         assert isinstance(self.task_runner, ThreadTaskRunner)
         return [t.realtime_view() for t in self.task_runner.running() if isinstance(t, KafkaIndexTask)]
 
+    def _supervisor_statuses(self) -> list[dict[str, Any]]:
+        """sys.supervisors from this node's running supervisors."""
+        statuses = []
+        for spec_id in self.supervisors.ids():
+            supervisor = self.supervisors.get(spec_id)
+            if supervisor is not None:
+                spec = supervisor.spec.to_json()
+                statuses.append(sys_tables.supervisor_status(spec_id, spec, supervisor.health()))
+        return statuses
+
+    def _task_statuses(self) -> list[dict[str, Any]]:
+        """sys.tasks with what this node's task queue says; a task running here is reached through this node's chat
+        API, so this node is where it runs."""
+        assert isinstance(self.task_runner, ThreadTaskRunner)
+        here = (self.config.host, self.config.port)
+        return [sys_tables.task_status(record, self.task_queue.runner_status(record.id) if record.active else None,
+                                       here if self.task_runner.task(record.id) is not None else None)
+                for record in self.metadata.list_tasks()]
+
     def _overlords(self) -> list[str]:
         return [f"http://{node.host}:{node.port}" for node in live_nodes(self.metadata, OVERLORD)]
-
-    def _committed_offsets(self, data_source: str) -> dict[int, int]:
-        stored = self.metadata.get_stream_offsets(data_source)
-        return stored.offsets if stored else {}
 
     # ---- serving ----
 

@@ -7,6 +7,7 @@ storage; expected answers are computed directly from the produced events.
 from __future__ import annotations
 
 import copy
+import time
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -160,6 +161,8 @@ def test_a_node_restart_mid_ingestion_neither_loses_nor_doubles_rows(spark, kafk
 
 
 def test_rows_are_queryable_while_tasks_read_and_never_doubled_through_handoff(node, http, kafka_broker):
+    """Every row is counted exactly once in every answer: from the reading task's persists, then, once its publish has
+    committed, from its segments, with no answer in between that misses or doubles any."""
     topic, ds = "wiki-realtime", "wiki_realtime"
     kafka_broker.create_topic(topic, 2)
     records = generate(20_000, seed=31)
@@ -179,12 +182,43 @@ def test_rows_are_queryable_while_tasks_read_and_never_doubled_through_handoff(n
     wait_for(lambda: total() == expected, 120, "every row queryable from the reading task")
     assert node.metadata.used_segments(ds) == [] and committed_offsets(node, ds) == {0: 0, 1: 0}
 
+    # the reading task serves its rows as one realtime segment, and runs in this node
+    realtime = sql(http, "SELECT COUNT(*) AS segments, SUM(num_rows) AS num_rows, MIN(is_published) AS published "
+                         f"FROM sys.segments WHERE datasource = '{ds}' AND is_realtime = 1")
+    assert realtime == [{"segments": 1, "num_rows": sql(http, f"SELECT COUNT(*) AS n FROM {ds}")[0]["n"],
+                         "published": 0}]
+    running = sql(http, "SELECT runner_status, location FROM sys.tasks "
+                        f"WHERE datasource = '{ds}' AND status = 'RUNNING'")
+    assert running == [{"runner_status": "RUNNING", "location": f"127.0.0.1:{node.config.port}"}]
+
+    def handed_off() -> bool:
+        tasks = http.get("/druid/indexer/v1/tasks", params={"state": "complete", "datasource": ds}).json()
+        return any(t["status"] == "SUCCESS" for t in tasks)
+
     http.post(f"/druid/indexer/v1/supervisor/{ds}/taskGroups/handoff", json={"taskGroupIds": [0]})
-    answers = []
-    while committed_offsets(node, ds) != end_offsets:
-        answers.append(total())
-        assert len(answers) < 2_000, "the handoff did not commit"
-    # the broker's segment snapshot lives half a second, so right after the commit rows can hide, but never double
-    wait_for(lambda: answers.append(total()) or answers[-1] == expected, 30, "the published segments to answer")
-    assert max(answers) == expected and node.metadata.used_segments(ds)
+    answers: Counter[tuple[bool, int]] = Counter()  # (committed yet, answer)
+    deadline = time.monotonic() + 120
+    while not handed_off():  # until the task has deleted its persists and left
+        committed = committed_offsets(node, ds) == end_offsets
+        answers[committed, total()] += 1
+        assert time.monotonic() < deadline, "the handoff did not finish"
+    for _ in range(20):  # and a while after, as the broker's snapshots move on
+        answers[True, total()] += 1
+    assert {answer for _, answer in answers} == {expected}, answers
+    assert answers[False, expected] > 0, "no query ran before the commit"
+    assert node.metadata.used_segments(ds)
+    assert sql(http, f"SELECT COUNT(*) AS n FROM sys.segments WHERE datasource = '{ds}' AND is_realtime = 1") == [
+        {"n": 0}]
     http.post(f"/druid/indexer/v1/supervisor/{ds}/terminate")
+
+
+def test_sys_supervisors_show_the_running_supervisors_health(node, http, kafka_broker):
+    spec = supervisor_spec("no_stream", "no-such-topic", kafka_broker.bootstrap_servers)
+    assert http.post("/druid/indexer/v1/supervisor", json=spec).status_code == 200
+    try:
+        query = "SELECT state, detailed_state, healthy, source FROM sys.supervisors WHERE supervisor_id = 'no_stream'"
+        unhealthy = {"state": "UNHEALTHY_SUPERVISOR", "detailed_state": "UNABLE_TO_CONNECT_TO_STREAM", "healthy": 0,
+                     "source": "no-such-topic"}
+        wait_for(lambda: sql(http, query) == [unhealthy], 60, "the supervisor's health in sys.supervisors")
+    finally:
+        http.post("/druid/indexer/v1/supervisor/no_stream/terminate")

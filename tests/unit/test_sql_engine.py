@@ -1,7 +1,9 @@
-"""The engine's own duties: timeouts, the locked-down DuckDB connection, parameters and result types."""
+"""The engine's own duties: timeouts, the locked-down DuckDB connection, parameters, result types, and the limits a
+broker node sets."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from datetime import UTC, datetime
@@ -9,13 +11,16 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import duckdb
+import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from sluice.broker.engine import ClippedFile, SqlEngine, bind_parameters, lock_down
 from sluice.broker.sql import SqlError
-from sluice.segment.segment import Interval
+from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
+from sluice.server.node import Node, NodeConfig
+from sluice.server.roles import Role
 
 
 @pytest.fixture
@@ -238,3 +243,41 @@ def test_a_file_gone_since_the_files_were_chosen_is_reported_as_gone_not_as_a_us
     with pytest.raises(SqlError) as caught:
         engine.execute("SELECT COUNT(*) FROM t", {"t": [segment]})
     assert caught.value.status == 500 and f"Segment file {segment} no longer exists" in str(caught.value.to_json())
+
+
+def test_a_broker_node_refuses_a_result_over_its_max_query_rows_with_druids_error(segment: str, tmp_path: Path) -> None:
+    """NodeConfig.max_query_rows (`--max-query-rows`) reaches the engine; the refusal is Druid's error JSON, a 400."""
+    config = NodeConfig(port=_free_port(), work_dir=tmp_path / "broker", role=Role.BROKER, max_query_rows=2_999)
+    node = Node(config)
+    node.start()
+    try:
+        day = Interval(datetime(2024, 1, 1, tzinfo=UTC), datetime(2024, 1, 2, tzinfo=UTC))
+        segment_id = SegmentId("t", day, "v1", 0)
+        assert node.metadata.commit_segments_and_metadata([DataSegment(
+            id=segment_id, dimensions=[], metrics=["n"], aggregators=[], shard_spec=numbered_shard_spec(0),
+            num_rows=3000, size=Path(segment).stat().st_size, load_spec={"type": "local", "path": segment})],
+            "t", None, None).success
+        with httpx.Client(base_url=config.url) as client:
+            refused = client.post("/druid/v2/sql", json={"query": "SELECT n FROM t"})
+            assert refused.status_code == 400
+            assert refused.json() == {
+                "error": "Resource limit exceeded",
+                "errorCode": "legacyQueryException",
+                "persona": "OPERATOR",
+                "category": "CAPACITY_EXCEEDED",
+                "errorMessage": "Query returned more than the 2999 rows a query may return (the broker's "
+                                "--max-query-rows); add a LIMIT or a narrower WHERE clause",
+                "errorClass": "org.apache.druid.query.ResourceLimitExceededException",
+                "host": None,
+                "context": {},
+            }
+            answered = client.post("/druid/v2/sql", json={"query": "SELECT n FROM t LIMIT 2999"})
+            assert answered.status_code == 200 and len(answered.json()) == 2_999
+    finally:
+        node.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

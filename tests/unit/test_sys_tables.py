@@ -1,23 +1,33 @@
 """The broker over a SQLite metadata store and segments written with pyarrow: INFORMATION_SCHEMA and sys tables,
-segments pruned by the query's intervals, realtime pieces, and the retry when a file vanishes mid-query."""
+segments pruned by the query's intervals, realtime pieces, the retry when a file vanishes mid-query, and a broker
+node's live state from the overlord it discovers."""
 
 from __future__ import annotations
 
 import json
+import socket
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from fastapi import FastAPI
 
-from sluice.broker.broker import Broker, RealtimePiece
+from sluice.broker.broker import Broker
 from sluice.broker.errors import SqlError
 from sluice.broker.system_tables import Server
+from sluice.metadata.offsets import StreamOffsets
 from sluice.metadata.store import MetadataStore
 from sluice.segment.deep_storage import LocalDeepStorage
 from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
+from sluice.server.http_server import HttpServer
+from sluice.server.node import Node, NodeConfig
+from sluice.server.roles import Role
+from sluice.task.kafka_index_task import RealtimeView
 
 DAY = datetime(2015, 9, 12, tzinfo=UTC)
 V1, V2 = "2026-01-01T00:00:00.000Z", "2026-01-02T00:00:00.000Z"
@@ -247,32 +257,61 @@ def test_a_query_matching_no_segment_still_knows_the_columns(broker: Broker) -> 
     assert (result.columns, result.rows) == (["page", "added"], [])
 
 
+def _view(source: str, sequence: str, start: dict[int, int], progress: int, *files: Path) -> RealtimeView:
+    return RealtimeView(source, sequence, start, progress, tuple(str(f) for f in files))
+
+
 def test_realtime_pieces_are_read_with_the_segments(store: MetadataStore, tmp_path: Path) -> None:
     fresh = _rows(3, 2, "Fox")
-    piece = RealtimePiece(str(_write(tmp_path / "task" / "persist-0.parquet", fresh)), _hour(3))
-    news = RealtimePiece(str(_write(tmp_path / "task" / "news.parquet", _rows(4, 1, "Gnu"))), _hour(4))
-    broker = _broker(store, tmp_path, realtime=lambda: {"wiki": [piece], "news": [news]})
+    piece = _write(tmp_path / "task" / "persist-0.parquet", fresh)
+    news = _write(tmp_path / "task" / "news.parquet", _rows(4, 1, "Gnu"))
+    views = [_view("wiki", "index_kafka_wiki_a", {0: 0}, 2, piece),
+             _view("news", "index_kafka_news_a", {0: 0}, 1, news)]
+    broker = _broker(store, tmp_path, realtime=lambda: views)
 
     assert broker.sql("SELECT COUNT(*), SUM(added) FROM wiki").rows == [
         (len(VISIBLE_ROWS) + 2, sum(r["added"] for r in VISIBLE_ROWS + fresh))]
     assert broker.sql("SELECT page FROM news").rows == [("Gnu",)]
-    Path(piece.path).unlink()  # pruned away: never read
-    assert broker.sql("SELECT COUNT(*) FROM wiki WHERE __time < TIMESTAMP '2015-09-12 03:00:00'").rows == [
-        (len(VISIBLE_ROWS),)]
+    # the piece holds hour 3 only (its footer says so): a query before it does not read it
+    (plan,) = broker.sql("EXPLAIN PLAN FOR SELECT COUNT(*) FROM wiki WHERE __time < TIMESTAMP '2015-09-12 03:00:00'"
+                         ).rows[0][:1]
+    assert json.loads(plan)[0]["query"]["dataSources"]["wiki"]["files"] == 3
+    assert broker.sql("SELECT COUNT(*) FROM wiki WHERE __time >= TIMESTAMP '2015-09-12 03:10:00'").rows == [(1,)]
 
 
 def test_a_piece_handed_off_mid_query_is_retried_on_a_fresh_snapshot(store: MetadataStore, tmp_path: Path) -> None:
-    piece = RealtimePiece(str(_write(tmp_path / "task" / "persist-0.parquet", _rows(3, 2, "Fox"))), _hour(3))
+    piece = _write(tmp_path / "task" / "persist-0.parquet", _rows(3, 2, "Fox"))
     calls = []
 
-    def realtime() -> dict[str, list[RealtimePiece]]:
+    def realtime() -> list[RealtimeView]:
         calls.append(1)
-        return {"wiki": [piece]} if len(calls) == 1 else {}
+        return [_view("wiki", "index_kafka_wiki_a", {0: 0}, 2, piece)] if len(calls) == 1 else []
 
-    Path(piece.path).unlink()  # handed off and deleted after the first listing
+    piece.unlink()  # handed off and deleted after the first listing
     broker = _broker(store, tmp_path, realtime=realtime)
     assert broker.sql("SELECT COUNT(*) FROM wiki").rows == [(len(VISIBLE_ROWS),)]
     assert len(calls) == 2
+
+
+def test_sys_segments_lists_what_running_tasks_serve_as_realtime_segments(store: MetadataStore, tmp_path: Path) -> None:
+    store.reset_stream_offsets("wiki", StreamOffsets("edits", {0: 100, 1: 40}))
+    first, second = _rows(3, 2, "Fox"), _rows(4, 1, "Gnu")
+    files = [_write(tmp_path / "r2" / "0.parquet", first), _write(tmp_path / "r2" / "1.parquet", second)]
+    views = [
+        _view("wiki", "index_kafka_wiki_b", {0: 100, 1: 40}, 3, *files),
+        _view("wiki", "index_kafka_wiki_b", {0: 100, 1: 40}, 2, files[0]),  # a replica behind: not served
+        # the group before it: its publish moved the committed offsets to where b starts, so segments hold its rows
+        _view("wiki", "index_kafka_wiki_a", {0: 60, 1: 40}, 40, _write(tmp_path / "a" / "0.parquet", _rows(6, 9, "X"))),
+    ]
+    broker = _broker(store, tmp_path, realtime=lambda: views)
+
+    realtime = broker.sql("""SELECT segment_id, datasource, "start", "end", size, version, partition_num, num_replicas,
+                                    num_rows, is_active, is_published, is_available, is_realtime, is_overshadowed,
+                                    shard_spec FROM sys.segments WHERE is_realtime = 1""").rows
+    assert realtime == [("index_kafka_wiki_b", "wiki", "2015-09-12T03:00:00.000Z", "2015-09-12T04:00:00.001Z",
+                         sum(f.stat().st_size for f in files), None, None, 1, 3, 1, 0, 1, 1, 0, None)]
+    active = "SELECT SUM(num_rows) FROM sys.segments WHERE is_active = 1 AND datasource = 'wiki'"
+    assert broker.sql(active).rows == broker.sql("SELECT COUNT(*) FROM wiki").rows == [(len(VISIBLE_ROWS) + 3,)]
 
 
 def test_snapshot_is_kept_for_its_ttl(store: MetadataStore, tmp_path: Path) -> None:
@@ -283,3 +322,64 @@ def test_snapshot_is_kept_for_its_ttl(store: MetadataStore, tmp_path: Path) -> N
         [_segment("wiki", path, _hour(6), V1, 7, ["added"])], "wiki", None, None).success
     assert cached.sql("SELECT COUNT(*) FROM wiki").rows == [(len(VISIBLE_ROWS),)]
     assert _broker(store, tmp_path).sql("SELECT COUNT(*) FROM wiki").rows == [(len(VISIBLE_ROWS) + 7,)]
+
+
+# ------------------------------------------------------------------------------------- a broker apart from the overlord
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_broker_node_asks_the_overlord_it_discovers_and_shows_the_stored_state_without_one(
+        store: MetadataStore, tmp_path: Path) -> None:
+    """The overlord lists supervisors and tasks (with where they run); the task's peon, found through that list, tells
+    what it has persisted. Here one small app plays overlord and peon."""
+    spec = {"type": "kafka", "spec": {"ioConfig": {"topic": "edits"}, "dataSchema": {"dataSource": "wiki"}}}
+    store.insert_supervisor("wiki", spec)
+    persisted = _write(tmp_path / "peon" / "persist-0.parquet", _rows(3, 2, "Fox"))
+    port = _free_port()
+    overlord = FastAPI()
+    task_id = "index_kafka_wiki_a_abcdefgh"
+
+    @overlord.get("/druid/indexer/v1/supervisor")
+    def supervisors(system: str) -> list[dict[str, Any]]:  # noqa: ARG001 - Druid's ?system
+        return [{"id": "wiki", "state": "UNHEALTHY_SUPERVISOR", "detailedState": "UNABLE_TO_CONNECT_TO_STREAM",
+                 "healthy": False, "type": "kafka", "source": "edits", "suspended": False, "specString": "{}"}]
+
+    @overlord.get("/druid/indexer/v1/tasks")
+    def tasks() -> list[dict[str, Any]]:
+        return [{"id": task_id, "groupId": "index_kafka_wiki", "type": "index_kafka", "dataSource": "wiki",
+                 "statusCode": "RUNNING", "runnerStatusCode": "RUNNING", "duration": -1,
+                 "location": {"host": "127.0.0.1", "port": port, "tlsPort": -1}}]
+
+    @overlord.get(f"/druid/worker/v1/chat/{task_id}/realtime")
+    def realtime() -> dict[str, Any]:
+        return _view("wiki", "index_kafka_wiki_a", {0: 0}, 2, persisted).to_json()
+
+    server = HttpServer(overlord, "127.0.0.1", port)
+    server.start()
+    store.announce("overlord", "127.0.0.1", port, {})
+    node = Node(NodeConfig(port=_free_port(), work_dir=tmp_path / "broker", metadata_uri=store.uri, role=Role.BROKER))
+    node.start()
+    try:
+        with httpx.Client(base_url=node.config.url) as client:
+            def query(sql: str) -> list[list[Any]]:
+                response = client.post("/druid/v2/sql", json={"query": sql, "resultFormat": "array"})
+                assert response.status_code == 200, response.text
+                return response.json()
+
+            assert query("SELECT state, detailed_state, healthy FROM sys.supervisors") == [
+                ["UNHEALTHY_SUPERVISOR", "UNABLE_TO_CONNECT_TO_STREAM", 0]]
+            assert query("SELECT task_id, location FROM sys.tasks") == [[task_id, f"127.0.0.1:{port}"]]
+            assert query("SELECT COUNT(*) FROM wiki") == [[len(VISIBLE_ROWS) + 2]]
+
+            store.unannounce("overlord", "127.0.0.1", port)
+            assert query("SELECT state, detailed_state, healthy FROM sys.supervisors") == [["RUNNING", "RUNNING", 1]]
+            time.sleep(0.6)  # the broker's snapshot, views included, lives half a second
+            assert query("SELECT COUNT(*) FROM wiki") == [[len(VISIBLE_ROWS)]]
+    finally:
+        node.stop()
+        server.stop()

@@ -1,0 +1,65 @@
+"""A broker process's view of the overlord (Druid's OverlordClient, as the broker's SystemSchema uses it).
+
+A broker running apart from the overlord finds it through discovery and asks it over HTTP: supervisor
+statuses (`GET /druid/indexer/v1/supervisor?system`) and task statuses (`GET /druid/indexer/v1/tasks`) for
+the sys tables, and the running streaming tasks, whose peons each tell what they have persisted
+(`GET …/chat/{id}/realtime`) for realtime queries. `None` means no overlord answered: the caller shows what
+the metadata store holds instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from sluice.server.api_chat import CHAT_PREFIX
+from sluice.task.kafka_index_task import TASK_TYPE, RealtimeView
+
+log = logging.getLogger(__name__)
+
+
+class OverlordClient:
+    def __init__(self, overlords: Callable[[], list[str]], timeout_s: float = 5.0) -> None:
+        """`overlords` lists the base URLs of the live overlords."""
+        self._overlords = overlords
+        self._http = httpx.Client(timeout=timeout_s)
+
+    def supervisor_statuses(self) -> list[dict[str, Any]] | None:
+        """SupervisorStatus JSON of every supervisor."""
+        return self._get("/druid/indexer/v1/supervisor", {"system": ""})
+
+    def task_statuses(self) -> list[dict[str, Any]] | None:
+        """TaskStatusPlus JSON of every task, with where the running ones run."""
+        return self._get("/druid/indexer/v1/tasks", {})
+
+    def realtime_views(self) -> list[RealtimeView]:
+        """What the running streaming tasks have persisted; a task that does not answer has none to show (a peon
+        that just finished: its rows are committed, or never will be)."""
+        tasks = self._get("/druid/indexer/v1/tasks", {"state": "running", "type": TASK_TYPE}) or []
+        views = []
+        for task in tasks:
+            location = task.get("location") or {}
+            if (location.get("port") or -1) <= 0:
+                continue
+            try:
+                response = self._http.get(
+                    f"http://{location['host']}:{location['port']}{CHAT_PREFIX}/{task['id']}/realtime")
+            except httpx.HTTPError:
+                continue
+            if response.status_code == 200:
+                views.append(RealtimeView.from_json(response.json()))
+        return views
+
+    def _get(self, path: str, params: dict[str, str]) -> Any:
+        """The answer of the first live overlord that gives one."""
+        for overlord in self._overlords():
+            try:
+                response = self._http.get(f"{overlord}{path}", params=params)
+                response.raise_for_status()
+                return response.json()
+            except (httpx.HTTPError, ValueError) as error:
+                log.warning("overlord %s did not answer %s: %s", overlord, path, error)
+        return None
