@@ -53,3 +53,8 @@ class Announcer:
 
 def live_nodes(metadata: MetadataStore, role: str, period: float = HEARTBEAT_PERIOD) -> list[Announcement]:
     return metadata.announcements(role, int(period * MISSED_HEARTBEATS * 1000))
+
+
+def live_urls(metadata: MetadataStore, role: str) -> list[str]:
+    """The base URLs of the live nodes of a role."""
+    return [f"http://{node.host}:{node.port}" for node in live_nodes(metadata, role)]

@@ -50,7 +50,7 @@ class OverlordClient:
             except httpx.HTTPError:
                 continue
             if response.status_code == 200:
-                views.append(RealtimeView.from_json(response.json()))
+                views += [RealtimeView.from_json(view) for view in response.json()]
         return views
 
     def _get(self, path: str, params: dict[str, str]) -> Any:

@@ -1,11 +1,11 @@
 """Which rows of running tasks a query sees (Druid's realtime queries), without counting any row twice.
 
-A reading task's persists hold the rows it has read; they become segments when its publish commits, in
-the same transaction that moves the data source's committed offsets from the task's start to its end.
-So, against one committed state (used segments and committed offsets read together), a task's persists
-are visible exactly while the committed offsets of its partitions have not moved past its start: after
-that, the state's segments hold its rows. Replicas of a task group hold the same rows: only the one that
-read furthest answers. (How the broker orders this against fetching the tasks' views: sluice/broker/broker.py.)
+A reading task's persists hold the rows it has read, sequence by sequence; a sequence's rows become segments
+when its publish commits, in the same transaction that moves the data source's committed offsets from the
+sequence's start to its end. So, against one committed state (used segments and committed offsets read
+together), a sequence's persists are visible exactly while the committed offsets of its partitions have not
+moved past its start: after that, the state's segments hold its rows. Replicas of a task group read the same
+sequences: for each sequence only the replica that read furthest into it answers. (How the broker orders this against fetching the tasks' views: sluice/broker/broker.py.)
 """
 
 from __future__ import annotations
@@ -32,17 +32,17 @@ class RealtimePiece:
     """Rows a running task has read but not published yet: one Parquet persist file of a task group's sequence."""
 
     path: str
-    #: the task group's baseSequenceName, which its replicas share
+    #: the sequence's name, which the group's replicas share
     sequence_name: str
 
 
 def visible_pieces(views: Iterable[RealtimeView],
                    committed: Mapping[str, Mapping[int, int]]) -> dict[str, list[RealtimePiece]]:
-    """Per data source, the files of the furthest replica of every group whose rows `committed` (per data source,
+    """Per data source, the files of the furthest replica of every sequence whose rows `committed` (per data source,
     the committed offset of each partition) does not hold yet."""
     furthest: dict[tuple[str, str], RealtimeView] = {}
     for view in views:
-        key = (view.data_source, view.base_sequence_name)
+        key = (view.data_source, view.sequence_name)
         if view.files and (key not in furthest or view.progress > furthest[key].progress):
             furthest[key] = view
     pieces: dict[str, list[RealtimePiece]] = {}

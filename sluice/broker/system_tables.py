@@ -178,9 +178,9 @@ def sql_type(arrow_type: pa.DataType) -> str:
 
 @dataclass(frozen=True)
 class RealtimeSegment:
-    """Rows a running task group has read but not published. Druid's sys.segments names such a segment by the id its
-    task allocated for it; Sluice's tasks allocate ids only when they publish, so the row is named by the group's
-    baseSequenceName (its replicas share it; the next generation of the group gets another)."""
+    """Rows a running task group has read into one sequence but not published. Druid's sys.segments names such a
+    segment by the id its task allocated for it; Sluice's tasks allocate ids only when they publish, so the row is
+    named by the sequence (its replicas share the name; the next sequence or generation of the group gets another)."""
 
     segment_id: str
     data_source: str

@@ -195,6 +195,17 @@ class DevKafkaBroker:
                 raise TimeoutError(f"topic {name!r} did not show {partitions} partitions within {timeout}s")
             time.sleep(0.05)
 
+    def delete_topic(self, name: str, timeout: float = 30.0) -> None:
+        """Delete a topic and return once the broker no longer lists it (its records are gone: a topic created
+        again under the name starts at offset 0, which is how stored offsets end up beyond a topic's end)."""
+        admin = self._admin_client()
+        admin.delete_topics([name], operation_timeout=timeout)[name].result(timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while name in admin.list_topics(timeout=timeout).topics:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topic {name!r} was still listed {timeout}s after its deletion")
+            time.sleep(0.05)
+
     def wait(self) -> int:
         """Block until the broker process exits on its own; return its exit code."""
         if self._process is None:

@@ -28,14 +28,14 @@ class StreamOffsets:
         """Druid's ``matches``: same stream and every common partition at the same offset."""
         return self.plus(other) == other.plus(self)
 
-    def to_payload(self) -> dict[str, Any]:
-        """Druid's Kafka end-metadata JSON (``stream``/``topic`` and the two maps are duplicates
-        Druid keeps for compatibility)."""
+    def to_payload(self, kind: str = "end") -> dict[str, Any]:
+        """Druid's Kafka metadata JSON: end offsets (what is stored), or with ``kind="start"`` the start offsets
+        of a sequence (``stream``/``topic`` and the two maps are duplicates Druid keeps for compatibility)."""
         offsets = {str(partition): offset for partition, offset in sorted(self.offsets.items())}
         return {
             "type": "kafka",
             "partitions": {
-                "type": "end",
+                "type": kind,
                 "stream": self.stream,
                 "topic": self.stream,
                 "partitionSequenceNumberMap": offsets,

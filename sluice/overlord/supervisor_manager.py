@@ -6,6 +6,7 @@ import logging
 import threading
 from typing import Any, Callable
 
+from sluice.metadata.offsets import StreamOffsets
 from sluice.metadata.store import MetadataStore
 from sluice.overlord.supervisor.plan import SupervisorState
 from sluice.overlord.supervisor.stream_supervisor import StreamSupervisor
@@ -92,6 +93,14 @@ class SupervisorManager:
     def terminate_all(self) -> None:
         for spec_id in self.ids():
             self.terminate(spec_id)
+
+    def checkpoint(self, spec_id: str, task_group_id: int, start: StreamOffsets) -> bool:
+        """A task's checkpoint request (the checkPointDataSourceMetadata task action), for its supervisor."""
+        supervisor = self.get(spec_id)
+        if supervisor is None or start.stream != supervisor.spec.spec.io_config.topic:
+            log.warning("checkpoint for supervisor %s refused: no such supervisor of stream %s", spec_id, start.stream)
+            return False
+        return supervisor.checkpoint(task_group_id, dict(start.offsets))
 
     def history(self, spec_id: str | None = None) -> dict[str, list[dict[str, Any]]]:
         return self._metadata.supervisor_history(spec_id)

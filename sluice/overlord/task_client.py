@@ -75,6 +75,11 @@ class HttpTaskClient:
         answer = self._json("GET", "/offsets/end")
         return {int(p): o for p, o in answer.items()} if answer is not None else None
 
+    def checkpoints(self) -> dict[int, dict[int, int]]:
+        """The task's sequences' start offsets by sequence id; empty when it cannot be reached."""
+        answer = self._json("GET", "/checkpoints") or {}
+        return {int(i): {int(p): o for p, o in c.items()} for i, c in answer.items()}
+
     def pause(self, timeout: float | None = None) -> dict[int, int] | None:
         answer = self._json("POST", "/pause", timeout=(timeout or self._pause_timeout) + self._timeout)
         return {int(p): o for p, o in answer.items()} if answer is not None else None

@@ -19,7 +19,8 @@ from typing import Any, Callable, Protocol
 
 from sluice.emitter import ServiceEmitter, metrics
 from sluice.metadata.store import MetadataStore
-from sluice.overlord.lockbox import LockTask, TaskLockbox
+from sluice.overlord.lockbox import LockRequestForNewSegment, LockTask, SegmentAllocator, TaskLockbox
+from sluice.segment.segment import SegmentId
 from sluice.task.task import StatusListeners, TaskFailure, TaskSpec, TaskStatus, task_from_json
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,16 @@ class QueueFull(Exception):
 
 def lock_task(spec: TaskSpec) -> LockTask:
     return LockTask(spec.id, spec.group_id, spec.data_source, spec.priority)
+
+
+def _allocator(metadata: MetadataStore) -> SegmentAllocator:
+    """Allocates under the lock the lockbox just granted: the pending segment is keyed by sequence and
+    previous id, so replicas of a task group get the same ids."""
+    def allocate(request: LockRequestForNewSegment, version: str) -> SegmentId:
+        return metadata.allocate_segment(request.data_source, request.interval, request.sequence_name,
+                                         request.previous_segment_id, version)
+
+    return allocate
 
 
 class Runner(Protocol):
@@ -51,7 +62,7 @@ class TaskQueue(StatusListeners):
         super().__init__()
         self._metadata = metadata
         self._emitter = emitter
-        self.lockbox = TaskLockbox(metadata, metadata.max_segment_version)
+        self.lockbox = TaskLockbox(metadata, metadata.max_segment_version, allocate_segment=_allocator(metadata))
         self.runner = runner
         self._max_size = max_size
         self._period = period
@@ -114,6 +125,11 @@ class TaskQueue(StatusListeners):
         """The task, while it is active."""
         with self._lock:
             return self._tasks.get(task_id)
+
+    def lock_holder(self, task_id: str) -> LockTask | None:
+        """The active task as the lockbox knows it (what task actions are performed for)."""
+        spec = self.get(task_id)
+        return lock_task(spec) if spec is not None else None
 
     def active(self, data_source: str | None = None) -> list[TaskSpec]:
         with self._lock:

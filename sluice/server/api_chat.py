@@ -102,7 +102,7 @@ def chat_router(lookup: Callable[[str], RunnableTask | None]) -> APIRouter:
     @router.get("/realtime")
     def realtime(task_id: str) -> Any:
         """Not Druid's: what a broker needs to query the task's unpublished rows (sluice/broker/realtime.py)."""
-        return answer(task_id, lambda t: t.realtime_view().to_json())
+        return answer(task_id, lambda t: [view.to_json() for view in t.realtime_views()])
 
     @router.get("/time/start")
     def start_time(task_id: str) -> Any:

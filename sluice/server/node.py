@@ -20,12 +20,14 @@ from sluice.broker import system_tables as sys_tables
 from sluice.broker.broker import Broker
 from sluice.broker.engine import SqlEngine
 from sluice.broker.overlord_client import OverlordClient
-from sluice.discovery import BROKER, OVERLORD, WORKER, Announcer, live_nodes
+from sluice.discovery import BROKER, OVERLORD, WORKER, Announcer, live_urls
 from sluice.emitter import EmitterConfig, ServiceEmitter, build_emitter
 from sluice.lifecycle import Lifecycle, Stage
+from sluice.metadata.offsets import StreamOffsets
 from sluice.metadata.store import MetadataStore
 from sluice.overlord.remote_task_runner import HttpRemoteTaskRunner
 from sluice.overlord.supervisor_manager import SupervisorManager
+from sluice.overlord.task_actions import TaskActionToolbox
 from sluice.overlord.task_queue import TaskQueue
 from sluice.segment.deep_storage import DeepStorage
 from sluice.server.api_chat import chat_router
@@ -40,6 +42,7 @@ from sluice.server.http_server import HttpServer
 from sluice.server.roles import Role
 from sluice.spec.supervisor import KafkaIOConfig
 from sluice.stream.kafka import KafkaStream
+from sluice.task.actions import LocalTaskActionClient
 from sluice.task.kafka_index_task import KafkaIndexTask, RealtimeView, TaskToolbox
 from sluice.worker.thread_runner import ThreadTaskRunner
 from sluice.worker.worker import PeonConfig, WorkerTaskManager
@@ -149,8 +152,9 @@ class Node:
         self.spark = spark_session.get_or_create(self.config.spark_master)
         kafka_source.register(self.spark)
 
-        def toolbox(task_dir: Path) -> TaskToolbox:
-            return TaskToolbox(self.spark, self.metadata, self.deep_storage, task_dir, self.stream_factory, self.emitter)
+        def toolbox(task_id: str, task_dir: Path) -> TaskToolbox:
+            return TaskToolbox(self.spark, self.metadata, self.deep_storage, task_dir, self.stream_factory,
+                               LocalTaskActionClient(task_id, self.task_actions), self.emitter)
 
         self.task_runner: ThreadTaskRunner | HttpRemoteTaskRunner = ThreadTaskRunner(
             toolbox, self.config.work_dir / "tasks")
@@ -168,7 +172,14 @@ class Node:
 
     def _start_queue(self) -> None:
         self.task_queue = TaskQueue(self.metadata, self.task_runner, self.emitter)
+        # tasks restored from storage may act before the supervisors start: a checkpoint finds none until then
+        self.task_actions = TaskActionToolbox(self.task_queue.lockbox, self.metadata, self.task_queue.lock_holder,
+                                              self._checkpoint)
         self.task_queue.start()
+
+    def _checkpoint(self, supervisor_id: str, task_group_id: int, start: StreamOffsets) -> bool:
+        supervisors = getattr(self, "supervisors", None)
+        return supervisors is not None and supervisors.checkpoint(supervisor_id, task_group_id, start)
 
     def _stop_queue(self) -> None:
         self.task_queue.stop()
@@ -179,7 +190,7 @@ class Node:
         workers = self.task_runner.workers if isinstance(self.task_runner, HttpRemoteTaskRunner) else list
         self.app.include_router(supervisor_router(self.supervisors))
         self.app.include_router(task_router(self.metadata, self.task_queue, self.supervisors, self.config.url, workers))
-        self.app.include_router(task_action_router(self.task_queue))
+        self.app.include_router(task_action_router(self.task_actions))
 
     def _stop_supervisors(self) -> None:
         self.supervisors.stop()
@@ -207,7 +218,7 @@ class Node:
                                  realtime=self._thread_task_views, supervisors=self._supervisor_statuses,
                                  tasks=self._task_statuses)
         else:
-            overlord = OverlordClient(self._overlords)
+            overlord = OverlordClient(lambda: live_urls(self.metadata, OVERLORD))
             self.broker = Broker(self.metadata, self.deep_storage, self.config.work_dir / "segment-cache", engine,
                                  realtime=overlord.realtime_views, supervisors=overlord.supervisor_statuses,
                                  tasks=overlord.task_statuses)
@@ -217,7 +228,7 @@ class Node:
     def _thread_task_views(self) -> list[RealtimeView]:
         """What this node's reading tasks have persisted (Druid's realtime queries)."""
         assert isinstance(self.task_runner, ThreadTaskRunner)
-        return [t.realtime_view() for t in self.task_runner.running() if isinstance(t, KafkaIndexTask)]
+        return [view for t in self.task_runner.running() if isinstance(t, KafkaIndexTask) for view in t.realtime_views()]
 
     def _supervisor_statuses(self) -> list[dict[str, Any]]:
         """sys.supervisors from this node's running supervisors."""
@@ -237,9 +248,6 @@ class Node:
         return [sys_tables.task_status(record, self.task_queue.runner_status(record.id) if record.active else None,
                                        here if self.task_runner.task(record.id) is not None else None)
                 for record in self.metadata.list_tasks()]
-
-    def _overlords(self) -> list[str]:
-        return [f"http://{node.host}:{node.port}" for node in live_nodes(self.metadata, OVERLORD)]
 
     # ---- serving ----
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
-from pydantic import AfterValidator, Field, ValidationError, ValidationInfo, field_serializer, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_serializer, field_validator
 
 from sluice.spec.data_schema import DataSchema
 from sluice.spec.errors import SpecError, from_validation_error
@@ -100,24 +100,14 @@ class KafkaIOConfig(PeriodField):
         return value
 
 
-def _no_incremental_handoff(value: int | None) -> int | None:
-    """maxTotalRows makes a Druid task hand off early, once it holds that many rows; Sluice's tasks publish
-    only at taskDuration, so honouring the spec means refusing a limit it would not keep. Null (Druid's
-    serialized default) is accepted so that a spec read from Druid can be posted as it is."""
-    if value is not None:
-        raise ValueError("not supported yet: incremental handoff (a task publishing once it holds maxTotalRows "
-                         "rows); tasks publish at taskDuration, so remove maxTotalRows or set it to null")
-    return value
-
-
-#: Druid's maxTotalRows, accepted only while it asks for nothing
-MaxTotalRows = Annotated[int | None, AfterValidator(_no_incremental_handoff)]
+#: Druid's default maxTotalRows of a streaming task
+DEFAULT_MAX_TOTAL_ROWS = 20_000_000
 
 
 class PartitionsSpec(SpecModel):
     type: Literal["dynamic"]
     max_rows_per_segment: int | None = Field(None, ge=1)
-    max_total_rows: MaxTotalRows = None
+    max_total_rows: int | None = Field(None, ge=1)
 
 
 class KafkaTuningConfig(PeriodField):
@@ -126,10 +116,15 @@ class KafkaTuningConfig(PeriodField):
     max_rows_in_memory: int = Field(150_000, ge=1)
     #: the most input bytes one Spark read job takes in; 0 = default (no byte cap beyond the row cap), -1 = none
     max_bytes_in_memory: int = Field(0, ge=-1)
+    #: a segment of a task's current sequence reaching this many rows makes the task checkpoint (hand off early);
+    #: segment files are also split at it
     max_rows_per_segment: int = Field(5_000_000, ge=1)
-    max_total_rows: MaxTotalRows = None
+    #: the rows a task may hold unpublished before it checkpoints (null: Druid's 20M)
+    max_total_rows: int | None = Field(None, ge=1)
     partitions_spec: PartitionsSpec | None = None
     intermediate_persist_period: timedelta = timedelta(minutes=10)
+    #: how long a task reads into one sequence before it checkpoints; null: no limit (Druid's P2147483647D)
+    intermediate_handoff_period: timedelta | None = None
     max_parse_exceptions: int = Field(MAX_INT, ge=0)
     max_saved_parse_exceptions: int = Field(0, ge=0)
     log_parse_exceptions: bool = False
@@ -146,6 +141,11 @@ class KafkaTuningConfig(PeriodField):
         if self.partitions_spec and self.partitions_spec.max_rows_per_segment:
             return self.partitions_spec.max_rows_per_segment
         return self.max_rows_per_segment
+
+    def effective_max_total_rows(self) -> int:
+        if self.partitions_spec and self.partitions_spec.max_total_rows:
+            return self.partitions_spec.max_total_rows
+        return self.max_total_rows or DEFAULT_MAX_TOTAL_ROWS
 
 
 class IngestionSpec(SpecModel):

@@ -1,15 +1,20 @@
 """A Kafka indexing task: Druid's SeekableStreamIndexTaskRunner.
 
-The task owns its offsets. It reads from `startOffsets` in bounded Spark jobs (each one an
-intermediate persist), until its supervisor pauses it and sets end offsets, and then publishes:
-persists are merged into segments, pushed to deep storage, and committed together with the move of
-the stream offsets from `startOffsets` to `endOffsets` in one metadata transaction. Until that
-transaction commits nothing the task did is visible, so a task killed at any point loses nothing
-and doubles nothing: the next task starts again from the committed offsets.
+The task owns its offsets. It reads from `startOffsets` in bounded Spark jobs (each one an intermediate
+persist) into its current sequence (see `sequences.py`), until its supervisor pauses it and sets end
+offsets. A checkpoint (finish=false) ends the current sequence and the task reads on into the next while
+the ended one is published in the background; the final end (finish=true) makes it publish the rest and
+stop. Publishing a sequence merges its persists into segments, pushes them to deep storage, and commits
+them together with the move of the stream offsets from the sequence's start to its end in one metadata
+transaction, through the overlord's task actions. Until that transaction commits nothing the sequence
+holds is visible, so a task killed at any point loses nothing and doubles nothing: the next task starts
+again from the committed offsets. A task stopped gracefully, or whose process died, resumes from
+`sequences.json` when its process restarts.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import shutil
@@ -26,22 +31,27 @@ from sluice.emitter import NoopEmitter, ServiceEmitter, metrics
 from sluice.metadata.offsets import StreamOffsets
 from sluice.metadata.store import MetadataStore
 from sluice.segment.deep_storage import DeepStorage
-from sluice.segment.segment import DataSegment, Interval
 from sluice.spec.supervisor import IngestionSpec, KafkaIOConfig, parse_supervisor_spec
-from sluice.timestamps import format_timestamp, parse_timestamp
 from sluice.stream.kafka import KafkaStream
+from sluice.task import actions, sequences
+from sluice.task.actions import TaskActionClient
 from sluice.task.ingest_plan import MessageWindow, compile_plan
-from sluice.task.offsets import END_OF_STREAM, is_finished, next_ranges
 from sluice.task.meters import (BUILD_SEGMENTS, ParseExceptionReport, RowIngestionMeters, SavedParseExceptions,
                                 ingestion_metrics)
+from sluice.task.offsets import next_ranges
+from sluice.task.publisher import SequencePublisher, already_committed
+from sluice.task.sequences import HandoffLimits, SequenceMetadata, initial_sequences
 from sluice.task.stats import RowStats
 from sluice.task.task import TaskFailure, TaskStatus, write_task_file
+from sluice.timestamps import format_timestamp, parse_timestamp
 
 log = logging.getLogger(__name__)
 
 TASK_TYPE = "index_kafka"
 #: how long a pause waits for a read in flight to unwind before it abandons it
 PAUSE_GRACE_SECONDS = 2.0
+#: where a task keeps its sequences, persists and offsets, to resume from after a restart
+SEQUENCES_FILE = "sequences.json"
 
 
 class TaskState(str, Enum):
@@ -65,12 +75,14 @@ class KafkaIndexTaskSpec:
     start_offsets: dict[int, int]
     #: the task group's creation: replicas share it, and with it their message window
     created: datetime = field(default_factory=lambda: datetime.now(UTC))
-    #: the version of the time-chunk lock the supervisor's tasks share (Druid: one groupId, shared locks),
-    #: so all its appending tasks allocate into one version of a chunk; None for a task run on its own
-    lock_version: str | None = None
+    #: the task group's checkpoints, sequence id -> start offsets (Druid's "checkpoints" task context): a replica
+    #: started after its group checkpointed reads the same sequences as the others; None: one sequence from start
+    checkpoints: dict[int, dict[int, int]] | None = None
 
     type = TASK_TYPE
     needs_spark = True
+    #: it resumes from its task directory (sequences.json and its persists)
+    can_restore = True
     #: Druid's default priority of realtime tasks: they may revoke the locks of lower-priority batch tasks
     priority = 75
 
@@ -84,8 +96,8 @@ class KafkaIndexTaskSpec:
         return f"{TASK_TYPE}_{self.data_source}"
 
     @property
-    def sequence_name(self) -> str:
-        return f"{self.base_sequence_name}_0"
+    def sequence_checkpoints(self) -> dict[int, dict[int, int]]:
+        return self.checkpoints or {0: dict(self.start_offsets)}
 
     @property
     def message_window(self) -> MessageWindow:
@@ -110,8 +122,9 @@ class KafkaIndexTaskSpec:
                 "maximumMessageTime": format_timestamp(window.maximum) if window.maximum else None,
             },
             "tuningConfig": self.ingestion.tuning_config.to_json(),
-            "lockVersion": self.lock_version,
-            "context": {"priority": self.priority},
+            "context": {"priority": self.priority,
+                        "checkpoints": {str(i): {str(p): o for p, o in start.items()}
+                                        for i, start in self.sequence_checkpoints.items()}},
         }
 
     @classmethod
@@ -123,32 +136,35 @@ class KafkaIndexTaskSpec:
             io.pop(key, None)
         ingestion = parse_supervisor_spec({"type": "kafka", "spec": {
             "dataSchema": payload["dataSchema"], "ioConfig": io, "tuningConfig": payload["tuningConfig"]}}).spec
+        checkpoints = (payload.get("context") or {}).get("checkpoints")
         return cls(payload["id"], int(payload["taskGroupId"]), payload["baseSequenceName"], ingestion,
                    {int(p): int(o) for p, o in start.items()}, parse_timestamp(payload["createdTime"]),
-                   payload.get("lockVersion"))
+                   {int(i): {int(p): int(o) for p, o in c.items()} for i, c in checkpoints.items()}
+                   if checkpoints else None)
 
 
 @dataclass(frozen=True)
 class RealtimeView:
-    """What a running streaming task has persisted (its files) and from where it read: what the broker
-    needs to query the task's rows before they are published (see sluice/broker/realtime.py)."""
+    """What a running streaming task has persisted of one unpublished sequence, and from where that sequence reads:
+    what the broker needs to query the rows before they are published (see sluice/broker/realtime.py). A task has
+    one per unpublished sequence, since its sequences are committed one by one."""
 
     data_source: str
-    #: replicas share it, so it names the task group's current generation
-    base_sequence_name: str
+    #: replicas share it (`<baseSequenceName>_<sequenceId>`), so it names one range of one task group
+    sequence_name: str
     start_offsets: dict[int, int]
-    #: records read so far, to pick the replica that read furthest
+    #: records of the sequence read so far, to pick the replica that read furthest into it
     progress: int
     files: tuple[str, ...]
 
     def to_json(self) -> dict[str, Any]:
-        return {"dataSource": self.data_source, "baseSequenceName": self.base_sequence_name,
+        return {"dataSource": self.data_source, "sequenceName": self.sequence_name,
                 "startOffsets": {str(p): o for p, o in self.start_offsets.items()}, "progress": self.progress,
                 "files": list(self.files)}
 
     @classmethod
     def from_json(cls, payload: dict[str, Any]) -> RealtimeView:
-        return cls(payload["dataSource"], payload["baseSequenceName"],
+        return cls(payload["dataSource"], payload["sequenceName"],
                    {int(p): int(o) for p, o in payload["startOffsets"].items()}, int(payload["progress"]),
                    tuple(payload["files"]))
 
@@ -183,6 +199,9 @@ class TaskToolbox:
     deep_storage: DeepStorage
     task_dir: Path
     stream_factory: Callable[[KafkaIOConfig], KafkaStream]
+    #: how the task reaches the overlord: locks, segment ids, publishing, checkpoints (it reads the metadata
+    #: store, for its committed offsets and segments, but writes it only through these)
+    actions: TaskActionClient
     emitter: ServiceEmitter = field(default_factory=lambda: ServiceEmitter("druid/peon", "localhost", NoopEmitter()))
     poll_interval: float = 0.5
 
@@ -195,14 +214,24 @@ class KafkaIndexTask:
         self.meters = RowIngestionMeters()
         self.parse_exceptions = SavedParseExceptions(spec.ingestion.tuning_config.max_saved_parse_exceptions)
         self._current = dict(spec.start_offsets)
-        self._end = {p: END_OF_STREAM for p in spec.start_offsets}
+        self._sequences = initial_sequences(spec.base_sequence_name, spec.sequence_checkpoints)
+        #: the final end offsets were set (setEndOffsets with finish=true): publish once read there
+        self._finished = False
         self._cond = threading.Condition()
         self._pause_requested = False
         self._stop_requested = False
+        #: stopped to be restored when its process comes back (Druid's stopGracefully of a restorable task)
+        self._stop_for_restore = False
         self._reading = False  # a Spark read job is in flight (it runs in job group = task id)
         self._read_epoch = 0  # moved on by pause and stop: a read started in an earlier epoch does not count
-        self._persists: list[Path] = []
+        self._persist_count = 0
+        #: the sequence a checkpoint was asked for, so it is asked once
+        self._checkpoint_requested: int | None = None
+        self._last_checkpoint = datetime.now(UTC)
+        self._publish_error: BaseException | None = None
         self.started: datetime | None = None
+        # before anyone asks: a supervisor adopting a restored task reads its checkpoints and offsets at once
+        self._restore()
 
     # ---- the control API the supervisor uses (Druid's /druid/worker/v1/chat/{taskId}/...) ----
 
@@ -212,7 +241,7 @@ class KafkaIndexTask:
 
     def end_offsets(self) -> dict[int, int]:
         with self._cond:
-            return dict(self._end)
+            return dict(self._sequences[-1].end_offsets)
 
     @property
     def row_stats(self) -> RowStats:
@@ -224,17 +253,20 @@ class KafkaIndexTask:
     def parse_errors(self) -> list[ParseExceptionReport]:
         return self.parse_exceptions.reports()
 
-    def realtime_view(self) -> RealtimeView:
+    def realtime_views(self) -> list[RealtimeView]:
+        """One view per unpublished sequence that has rows persisted."""
         with self._cond:
-            persists, current = list(self._persists), dict(self._current)
-        files = tuple(str(f) for directory in persists for f in sorted(directory.glob("*.parquet")))
-        progress = sum(current[p] - self.spec.start_offsets[p] for p in current)
-        return RealtimeView(self.spec.data_source, self.spec.base_sequence_name, dict(self.spec.start_offsets),
-                            progress, files)
+            unpublished, current = [s for s in self._sequences if not s.published and s.persists], dict(self._current)
+        task_dir = self.toolbox.task_dir
+        return [RealtimeView(self.spec.data_source, s.sequence_name, dict(s.start_offsets),
+                             sum(min(current[p], s.end_offsets[p]) - start for p, start in s.start_offsets.items()),
+                             tuple(str(f) for persist in s.persists for f in sorted((task_dir / persist).glob("*.parquet"))))
+                for s in unpublished]
 
     def checkpoints(self) -> dict[int, dict[int, int]]:
-        """Each sequence's start offsets, by sequence id (one sequence until checkpoints split a task)."""
-        return {0: dict(self.spec.start_offsets)}
+        """Each sequence's start offsets, by sequence id (Druid's GET …/checkpoints)."""
+        with self._cond:
+            return {s.sequence_id: dict(s.start_offsets) for s in self._sequences}
 
     def start_time(self) -> datetime | None:
         return self.started
@@ -245,7 +277,8 @@ class KafkaIndexTask:
         A read in flight is abandoned, not waited for: it has not been persisted and its offsets have not
         moved, so the task pauses at the offsets before it. Its Spark job is cancelled, and whatever it
         returns is thrown away (the read epoch moved on), so pausing is immediate even when Spark is slow
-        to unwind a job (a cold first job on a loaded machine can take longer than taskDuration).
+        to unwind a job (a cold first job on a loaded machine can take longer than taskDuration). A sequence
+        being published in the background goes on: publishing is not reading.
         """
         with self._cond:
             if self.state not in (TaskState.STARTING, TaskState.READING, TaskState.PAUSED):
@@ -264,10 +297,14 @@ class KafkaIndexTask:
             self._cond.notify_all()
 
     def set_end_offsets(self, end: dict[int, int], finish: bool = True) -> None:
-        """With finish=true the task reads up to `end` and publishes (only `finish=true` exists until checkpoints)."""
+        """Druid's setEndOffsets on a paused task, which then resumes. finish=true: the task reads up to `end`
+        and publishes what it has not yet. finish=false (a checkpoint): its current sequence ends at `end` and
+        is published once read, while the task reads on into a new sequence."""
         with self._cond:
             if self.state is not TaskState.PAUSED:
                 raise TaskFailure("Task must be paused before changing the end offsets")
+            if self._finished:
+                raise TaskFailure("The task's end offsets are set already; it is finishing")
             unknown = set(end) - set(self._current)
             if unknown:
                 raise TaskFailure(f"Request contains partitions not being handled by this task: {sorted(unknown)}")
@@ -275,17 +312,34 @@ class KafkaIndexTask:
                 if offset < self._current[partition]:
                     raise TaskFailure(f"End sequence must be >= current sequence for partition [{partition}] "
                                       f"(current: {self._current[partition]})")
-            if not finish:
-                raise TaskFailure("checkpoints (finish=false) are not supported yet")
-            self._end.update(end)
+            last = self._sequences[-1]
+            if not finish and all(last.start_offsets[p] == o for p, o in end.items()):
+                log.warning("task %s: ignoring a checkpoint at the current sequence's start %s", self.spec.id, end)
+            elif finish:
+                self._sequences = sequences.finish(self._sequences, end)
+                self._finished = True
+            else:
+                self._sequences = sequences.checkpoint(self._sequences, end, self.spec.base_sequence_name)
+                self._checkpoint_requested = None
+                self._last_checkpoint = datetime.now(UTC)
+            self._save_sequences()
             self._pause_requested = False
             self._cond.notify_all()
 
     def stop(self) -> None:
-        """Stop now without publishing (Druid's /stop after a kill): nothing read so far is committed."""
+        """Stop now without publishing more (Druid's /stop after a kill): what is not committed stays so. A
+        merge in flight is cancelled; a commit in flight either happens whole or not at all."""
         with self._cond:
             self._stop_requested = True
             self._abandon_read()
+            self.toolbox.spark.sparkContext.cancelJobGroup(self._publish_job_group)
+
+    def stop_gracefully(self) -> None:
+        """Its process is going down and will restore it: stop reading, keep every persist and sequence, and end
+        without a final status, so that the restarted process's task picks up from sequences.json."""
+        with self._cond:
+            self._stop_for_restore = True
+        self.stop()
 
     def _abandon_read(self) -> None:
         """Called holding the condition: a read in flight will not count, and its Spark job is cancelled."""
@@ -293,6 +347,20 @@ class KafkaIndexTask:
         self._cond.notify_all()
         if self._reading:
             self.toolbox.spark.sparkContext.cancelJobGroup(self.spec.id)
+
+    @property
+    def _publish_job_group(self) -> str:
+        return f"{self.spec.id}-publish"
+
+    def wait(self, seconds: float) -> None:
+        """Sleep, woken early by a stop."""
+        with self._cond:
+            self._cond.wait(seconds)
+
+    @property
+    def metric_dimensions(self) -> dict[str, str]:
+        """What every metric this task emits is tagged with."""
+        return {metrics.DATASOURCE: self.spec.data_source, metrics.TASK_ID: self.spec.id, metrics.TASK_TYPE: TASK_TYPE}
 
     # ---- running ----
 
@@ -306,6 +374,9 @@ class KafkaIndexTask:
         except Exception as error:  # a task must always end with a status its supervisor can act on
             log.exception("task %s failed", self.spec.id)
             status = TaskStatus(self.spec.id, "FAILED", f"{type(error).__name__}: {error}")
+        if self._stop_for_restore and not (status.is_complete and status.status_code == "SUCCESS"):
+            log.info("task %s stopped; it resumes from %s when its process restarts", self.spec.id, SEQUENCES_FILE)
+            return TaskStatus(self.spec.id, "RUNNING")
         duration = int((time.monotonic() - started) * 1000)
         status = TaskStatus(status.id, status.status_code, status.error_msg, duration)
         self._write("report.json", self.report(status))
@@ -337,16 +408,33 @@ class KafkaIndexTask:
         io = self.spec.ingestion.io_config
         pipeline = IngestPipeline(self.toolbox.spark, compile_plan(self.spec.ingestion.data_schema),
                                   io.topic, io.consumer_properties, self.spec.message_window)
+        publisher = threading.Thread(target=self._publish_loop, args=(SequencePublisher(self, pipeline),),
+                                     name=f"{self.spec.id}-publish", daemon=True)
+        publisher.start()
         stream = self.toolbox.stream_factory(io)
         # this thread's Spark jobs carry the task id, so pause and stop can cancel a read in flight
         self.toolbox.spark.sparkContext.setJobGroup(self.spec.id, f"Sluice task {self.spec.id}", True)
         try:
-            self._read(pipeline, stream)
+            try:
+                self._read(pipeline, stream)
+            finally:
+                stream.close()
+            with self._cond:
+                if not self._stop_requested:
+                    self.state = TaskState.PUBLISHING
+                self._cond.wait_for(lambda: self._stop_requested or self._publish_error is not None
+                                    or all(s.published for s in self._sequences))
+        except BaseException:
+            self.stop()  # the publisher too: a failing task commits nothing more
+            raise
         finally:
-            stream.close()
+            publisher.join()
+        if self._publish_error is not None and not self._stop_requested:
+            raise self._publish_error
         if self._stop_requested:
-            raise TaskFailure("task was stopped before publishing; nothing was committed")
-        self._publish(pipeline)
+            raise TaskFailure("task was stopped before it published everything it read; what it did not publish "
+                              "was not committed")
+        shutil.rmtree(self.toolbox.task_dir / "persist", ignore_errors=True)
 
     def _read(self, pipeline: Any, stream: KafkaStream) -> None:
         with self._cond:
@@ -358,15 +446,21 @@ class KafkaIndexTask:
                     self._cond.notify_all()
                     self._cond.wait()
                 self.state = TaskState.READING
-                if self._stop_requested or is_finished(self._current, self._end):
+                if self._stop_requested or self._publish_error is not None:
                     return
-                current, end = dict(self._current), dict(self._end)
-            ranges = next_ranges(current, stream.latest_offsets(list(current)), end, self._batch_records())
+                sequence = sequences.reading_sequence(self._sequences, self._current)
+                if sequence is None:
+                    return  # read up to the final end offsets
+                current = dict(self._current)
+            ranges = next_ranges(current, stream.latest_offsets(list(current)), sequence.end_offsets,
+                                 self._batch_records())
             if not ranges:
                 with self._cond:
                     self._cond.wait(self.toolbox.poll_interval)
+                self._maybe_checkpoint()  # intermediateHandoffPeriod passes while there is nothing to read, too
                 continue
-            self._persist(pipeline, ranges)
+            self._persist(pipeline, ranges, sequence.sequence_id)
+            self._maybe_checkpoint()
 
     def _batch_records(self) -> int:
         """maxRowsInMemory caps a read; maxBytesInMemory too, at the average record size seen so far."""
@@ -377,8 +471,9 @@ class KafkaIndexTask:
             cap = min(cap, max(1, tuning.max_bytes_in_memory * seen // self.row_stats.processed_bytes))
         return cap
 
-    def _persist(self, pipeline: Any, ranges: dict[int, tuple[int, int]]) -> None:
-        directory = self.toolbox.task_dir / "persist" / str(len(self._persists))
+    def _persist(self, pipeline: Any, ranges: dict[int, tuple[int, int]], sequence_id: int) -> None:
+        relative = f"persist/{sequence_id}/{self._persist_count}"
+        directory = self.toolbox.task_dir / relative
         with self._cond:
             if self._pause_requested or self._stop_requested:
                 return
@@ -386,6 +481,8 @@ class KafkaIndexTask:
             epoch = self._read_epoch
         try:
             result = pipeline.read_and_persist(ranges, directory)
+            bucket_rows = pipeline.bucket_rows(directory, self.spec.ingestion.data_schema.granularity_spec
+                                               .segment_granularity)
         except Exception:
             with self._cond:
                 abandoned = epoch != self._read_epoch
@@ -400,15 +497,15 @@ class KafkaIndexTask:
             if result is None or epoch != self._read_epoch:
                 shutil.rmtree(directory, ignore_errors=True)  # an abandoned read: never persisted, offsets unmoved
                 return
-            self._persists.append(directory)
+            self._persist_count += 1
+            self._sequences = sequences.add_persist(self._sequences, sequence_id, relative, bucket_rows)
             self.meters.add(result.stats)
             self._current.update({p: stop for p, (_, stop) in ranges.items()})
-        self._write("sequences.json", [{"sequenceName": self.spec.sequence_name,
-                                        "startOffsets": self.spec.start_offsets,
-                                        "endOffsets": self._end, "currentOffsets": self._current}])
+            self._save_sequences()
+            self._cond.notify_all()  # the publisher: a checkpointed sequence may be read to its end now
         for name, value in ingestion_metrics(result.stats).items():
-            self.toolbox.emitter.metric(name, value, **self._dimensions)
-        self.toolbox.emitter.metric(metrics.INGEST_PERSISTS_COUNT, 1, **self._dimensions)
+            self.toolbox.emitter.metric(name, value, **self.metric_dimensions)
+        self.toolbox.emitter.metric(metrics.INGEST_PERSISTS_COUNT, 1, **self.metric_dimensions)
         if result.parse_error_sample:
             self.parse_exceptions.add(result.parse_error_sample, [f"Unable to parse row [{result.parse_error_sample}]"])
         if tuning.log_parse_exceptions and result.parse_error_sample:
@@ -420,95 +517,97 @@ class KafkaIndexTask:
                               f"({self.row_stats.unparseable} unparseable, {self.row_stats.processed_with_error} "
                               f"processed with error); last: {result.parse_error_sample}")
 
-    # ---- publishing ----
+    # ---- incremental handoff ----
 
-    def _publish(self, pipeline: Any) -> None:
-        with self._cond:
-            self.state = TaskState.PUBLISHING
-        schema = self.spec.ingestion.data_schema
+    def _maybe_checkpoint(self) -> None:
+        """Ask the supervisor to end the current sequence when a handoff limit is reached (Druid's checkpoint
+        request); the supervisor pauses the group's replicas and sets the same end on all of them."""
         tuning = self.spec.ingestion.tuning_config
-        segments: list[DataSegment] = []
-        if self._persists:
-            files = pipeline.merge(self._persists, schema.granularity_spec.segment_granularity,
-                                   tuning.effective_max_rows_per_segment(), self.toolbox.task_dir / "staging")
-            previous: str | None = None
-            for file in files:
-                segment = self._push(file, previous)
-                previous = str(segment.id)
-                segments.append(segment)
-        start = StreamOffsets(self.spec.ingestion.io_config.topic, dict(self.spec.start_offsets))
-        end = StreamOffsets(start.stream, self.current_offsets())
-        if segments or start.offsets != end.offsets:
-            self._commit(segments, start, end)
-        self.toolbox.emitter.metric(metrics.INGEST_HANDOFF_COUNT, len(segments), **self._dimensions)
-        self.toolbox.emitter.metric(metrics.INGEST_ROWS_OUTPUT, sum(s.num_rows or 0 for s in segments), **self._dimensions)
-        self.toolbox.emitter.metric(metrics.SEGMENT_ADDED_BYTES, sum(s.size for s in segments), **self._dimensions)
-        shutil.rmtree(self.toolbox.task_dir / "persist", ignore_errors=True)
-        shutil.rmtree(self.toolbox.task_dir / "staging", ignore_errors=True)
-        log.info("task %s published %d segments, offsets %s -> %s", self.spec.id, len(segments), start.offsets, end.offsets)
+        limits = HandoffLimits(tuning.effective_max_rows_per_segment(), tuning.effective_max_total_rows(),
+                               tuning.intermediate_handoff_period)
+        with self._cond:
+            if self._finished or self._stop_requested:
+                return
+            reason = sequences.checkpoint_reason(self._sequences, limits, datetime.now(UTC), self._last_checkpoint)
+            last = self._sequences[-1]
+            if reason is None or self._checkpoint_requested == last.sequence_id:
+                return
+            self._checkpoint_requested = last.sequence_id
+        log.info("task %s asks for a checkpoint: %s", self.spec.id, reason)
+        topic = self.spec.ingestion.io_config.topic
+        if not actions.checkpoint(self.toolbox.actions, self.spec.data_source, self.spec.task_group_id,
+                                  StreamOffsets(topic, dict(last.start_offsets))):
+            raise TaskFailure(f"Checkpoint request with sequences [{last.start_offsets}] failed, dying")
 
-    def _push(self, file: Any, previous: str | None) -> DataSegment:
-        schema = self.spec.ingestion.data_schema
-        granularity = schema.granularity_spec.segment_granularity
-        bucket = datetime.fromtimestamp(file.bucket_start_millis / 1000, UTC)
-        interval = Interval(bucket, granularity.bucket_end(bucket))
-        segment_id = self.toolbox.metadata.allocate_segment(
-            schema.data_source, interval, self.spec.sequence_name, previous,
-            self.spec.lock_version or format_timestamp(self.spec.created))
-        # replicas push the same segment id; unique paths keep a losing replica from touching the winner's file
-        load_spec = self.toolbox.deep_storage.push(file.path, segment_id, unique_path=True)
-        return DataSegment(
-            id=segment_id,
-            dimensions=[d.name for d in schema.dimensions_spec.dimensions],
-            metrics=[m.name for m in schema.metrics_spec],
-            aggregators=[m.to_json() for m in schema.metrics_spec],
-            shard_spec={"type": "numbered", "partitionNum": segment_id.partition_num, "partitions": 0},
-            num_rows=file.num_rows,
-            size=file.path.stat().st_size,
-            load_spec=load_spec,
-        )
+    def _publish_loop(self, publisher: SequencePublisher) -> None:
+        """Publishes sequences in order, as they become publishable, while the reading thread reads on."""
+        self.toolbox.spark.sparkContext.setJobGroup(self._publish_job_group, f"Sluice task {self.spec.id} publish",
+                                                    True)
+        def done() -> bool:
+            return self._stop_requested or (self._finished and all(s.published for s in self._sequences))
 
-    def _commit(self, segments: list[DataSegment], start: StreamOffsets, end: StreamOffsets) -> None:
-        """The exactly-once step. A task of the next generation waits here until the previous one has
-        committed the offsets it starts from; a replica that lost the race finds its segments there."""
-        metadata = self.toolbox.metadata
         while True:
-            result = metadata.commit_segments_and_metadata(segments, self.spec.data_source, start, end)
-            if result.success:
-                return
-            stored = metadata.get_stream_offsets(self.spec.data_source)
-            if self._published_by_replica(stored, end, segments):
-                log.info("task %s: a replica already published the same segments and offsets", self.spec.id)
-                return
-            if not _earlier_generation_pending(stored, start):
-                raise TaskFailure(result.message or "publish failed")
             with self._cond:
-                if self._stop_requested:
-                    raise TaskFailure("task was stopped while waiting to publish; nothing was committed")
-                self._cond.wait(self.toolbox.poll_interval)
+                self._cond.wait_for(lambda: done()
+                                    or bool(sequences.publishable(self._sequences, self._current, self._finished)))
+                if done():
+                    return
+                sequence = sequences.publishable(self._sequences, self._current, self._finished)[0]
+            try:
+                publisher.publish(sequence, lambda: self._stop_requested)
+            except BaseException as error:  # the reading thread raises it: the task fails with it
+                with self._cond:
+                    self._publish_error = error
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self._sequences = sequences.mark_published(self._sequences, sequence.sequence_id)
+                self._save_sequences()
+                self._cond.notify_all()
+            for persist in sequence.persists:
+                shutil.rmtree(self.toolbox.task_dir / persist, ignore_errors=True)
 
-    def _published_by_replica(self, stored: StreamOffsets | None, end: StreamOffsets, segments: list[DataSegment]) -> bool:
-        if stored is None or any(stored.offsets.get(p) != o for p, o in end.offsets.items()):
-            return False
-        used = {str(s.id) for s in self.toolbox.metadata.used_segments(self.spec.data_source)}
-        return all(str(s.id) in used for s in segments)
+    # ---- sequences.json: what a restarted task resumes from ----
 
-    @property
-    def _dimensions(self) -> dict[str, str]:
-        """What every metric this task emits is tagged with."""
-        return {metrics.DATASOURCE: self.spec.data_source, metrics.TASK_ID: self.spec.id, metrics.TASK_TYPE: TASK_TYPE}
+    def _save_sequences(self) -> None:
+        """Called holding the condition, after every change: persists listed here are complete."""
+        self._write(SEQUENCES_FILE, {"sequences": [s.to_json() for s in self._sequences],
+                                     "currentOffsets": {str(p): o for p, o in self._current.items()},
+                                     "finished": self._finished, "rowStats": self.row_stats.to_json()})
+
+    def _restore(self) -> None:
+        """Resume from sequences.json when the task ran in this directory before (its process stopped or died).
+
+        Persists the file does not list were being written when the process stopped: they are dropped, and those
+        offsets are read again. A sequence the stored offsets have already reached was committed before the stop
+        (by this task or a replica): it is never published again, so its segments are never written twice or
+        replaced (Druid #6124).
+        """
+        path = self.toolbox.task_dir / SEQUENCES_FILE
+        if not path.exists():
+            return
+        saved = json.loads(path.read_text())
+        restored = [SequenceMetadata.from_json(s) for s in saved["sequences"]]
+        stored = self.toolbox.metadata.get_stream_offsets(self.spec.data_source)
+        for s in restored:
+            if not s.published and (s.checkpointed or saved["finished"]) and already_committed(stored, s):
+                restored = sequences.mark_published(restored, s.sequence_id)
+        listed = {persist for s in restored for persist in s.persists}
+        for directory in (self.toolbox.task_dir / "persist").glob("*/*"):
+            if str(directory.relative_to(self.toolbox.task_dir)) not in listed:
+                shutil.rmtree(directory, ignore_errors=True)
+        with self._cond:
+            self._sequences = restored
+            self._current = {int(p): int(o) for p, o in saved["currentOffsets"].items()}
+            self._finished = bool(saved["finished"])
+            self._persist_count = 1 + max((int(Path(p).name) for p in listed), default=-1)
+            self.meters.add(RowStats.from_json(saved["rowStats"]))
+            self._save_sequences()
+        log.info("task %s restored at offsets %s with %d unpublished sequences", self.spec.id, self._current,
+                 sum(not s.published for s in restored))
 
     def _write(self, name: str, payload: Any) -> None:
         write_task_file(self.toolbox.task_dir, name, payload)
-
-
-def _earlier_generation_pending(stored: StreamOffsets | None, start: StreamOffsets) -> bool:
-    """True while the stored offsets are still behind this task's start (an earlier task is publishing)."""
-    if stored is None:
-        return False
-    common = [p for p in start.offsets if p in stored.offsets]
-    return bool(common) and all(stored.offsets[p] <= start.offsets[p] for p in common)
-
 
 
 __all__ = ["KafkaIndexTask", "KafkaIndexTaskSpec", "RealtimeView", "TaskState", "TaskToolbox", "new_task_id"]

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -116,6 +118,21 @@ class IngestPipeline:
             processed_bytes=metrics["processedBytes"],
         )
         return PersistResult(stats, metrics["sample"])
+
+    @staticmethod
+    def bucket_rows(persist_dir: Path, granularity: Granularity) -> dict[int, int]:
+        """A persist's rolled-up rows per segmentGranularity bucket (epoch millis): what maxRowsPerSegment is
+        compared with. Counted from the `__time` column of the files Spark wrote, by distinct timestamp first, so
+        the Python loop runs over distinct times (few, after queryGranularity), not over rows."""
+        files = sorted(persist_dir.glob("*.parquet"))
+        if not files:
+            return {}
+        times = pa.concat_arrays([chunk for f in files for chunk in pq.read_table(f, columns=[TIME])[TIME].chunks])
+        counts: dict[int, int] = {}
+        for item in pc.value_counts(times.cast(pa.timestamp("ms", tz="UTC"))).to_pylist():
+            key = int(granularity.bucket_start(item["values"]).timestamp() * 1000)
+            counts[key] = counts.get(key, 0) + item["counts"]
+        return counts
 
     def merge(self, persist_dirs: list[Path], segment_granularity: Granularity, max_rows_per_segment: int,
               staging_dir: Path) -> list[SegmentFile]:

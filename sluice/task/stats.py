@@ -24,5 +24,10 @@ class RowStats:
     def to_json(self) -> dict[str, int]:
         return {_JSON_NAMES.get(k, k): v for k, v in asdict(self).items()}
 
+    @classmethod
+    def from_json(cls, payload: dict[str, int]) -> "RowStats":
+        names = {json_name: name for name, json_name in _JSON_NAMES.items()}
+        return cls(**{names.get(k, k): int(v) for k, v in payload.items()})
+
 _JSON_NAMES = {"processed_with_error": "processedWithError", "thrown_away": "thrownAway",
                "processed_bytes": "processedBytes"}

@@ -60,14 +60,24 @@ class TaskSpec(Protocol):
     def priority(self) -> int: ...
     @property
     def needs_spark(self) -> bool: ...
+    @property
+    def can_restore(self) -> bool:
+        """Whether a task stopped with its process resumes when the process (or its worker) restarts."""
+        ...
     def to_json(self) -> dict[str, Any]: ...
 
 
 class RunnableTask(Protocol):
     spec: TaskSpec
 
-    def run(self) -> TaskStatus: ...
+    def run(self) -> TaskStatus:
+        """The final status; or RUNNING when it was stopped gracefully and resumes in a restarted process."""
+        ...
     def stop(self) -> None: ...
+    def stop_gracefully(self) -> None:
+        """Its process is going down: a task that can resume (Druid's canRestore) keeps its state for the restarted
+        process and ends without a final status; any other task just stops."""
+        ...
     def report(self, status: TaskStatus | None = None) -> dict[str, Any]: ...
 
 
@@ -107,6 +117,7 @@ class NoopTaskSpec:
 
     type = "noop"
     needs_spark = False
+    can_restore = False
 
     @property
     def group_id(self) -> str:
@@ -143,6 +154,9 @@ class NoopTask:
 
     def stop(self) -> None:
         self._stopped.set()
+
+    def stop_gracefully(self) -> None:
+        self.stop()  # a noop task cannot resume
 
     def report(self, status: TaskStatus | None = None) -> dict[str, Any]:
         return {}

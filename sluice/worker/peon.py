@@ -6,8 +6,11 @@ The worker starts it as `python -m sluice.worker.peon <task dir> …` with the t
   same directory exits at once), and holds it until it exits, which tells a restarted worker it still runs;
 - serves the chat API for its task on `--port`;
 - runs the task and writes `status.json` (and the task's own report) before it exits;
-- exits when its parent worker dies: an orphaned task must not keep reading, and nothing it did is
-  committed unless its publish transaction committed.
+- on SIGTERM (its worker stopping) or when its parent worker dies, stops the task gracefully: an orphaned
+  task must not keep reading, and nothing it did is committed unless its publish transaction committed, but
+  a task that can resume keeps its state and the peon exits without a status, for the restarted worker to
+  restore it (Druid's restoreTasksOnRestart);
+- on SIGUSR1 (the overlord shutting the task down), stops the task for good: it ends FAILED.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import IO, Any
 
 from fastapi import FastAPI
 
+from sluice.discovery import OVERLORD, live_urls
 from sluice.emitter import EmitterConfig, ServiceEmitter, build_emitter
 from sluice.metadata.store import MetadataStore
 from sluice.segment.deep_storage import DeepStorage
@@ -33,6 +37,7 @@ from sluice.server.api_chat import chat_router
 from sluice.server.api_metrics import metrics_router
 from sluice.server.http_server import HttpServer
 from sluice.stream.kafka import KafkaStream
+from sluice.task.actions import RemoteTaskActionClient
 from sluice.task.kafka_index_task import TaskToolbox
 from sluice.task.task import RunnableTask, TaskStatus, create_task, task_from_json, write_task_file
 
@@ -42,6 +47,8 @@ LOCK_FILE = "lock"
 STATUS_FILE = "status.json"
 TASK_FILE = "task.json"
 REPORT_FILE = "report.json"
+#: what the worker sends a peon whose task the overlord shuts down (SIGTERM means: stop, to be restored)
+SHUTDOWN_SIGNAL = signal.SIGUSR1
 
 
 def try_lock(task_dir: Path) -> IO[str] | None:
@@ -58,9 +65,9 @@ def try_lock(task_dir: Path) -> IO[str] | None:
 def _watch_parent(parent_pid: int, task: RunnableTask) -> None:
     while os.getppid() == parent_pid:
         time.sleep(0.5)
-    log.warning("the worker (pid %d) is gone; stopping task %s", parent_pid, task.spec.id)
-    task.stop()
-    time.sleep(10)
+    log.warning("the worker (pid %d) is gone; stopping task %s until it restarts", parent_pid, task.spec.id)
+    task.stop_gracefully()
+    time.sleep(30)
     os._exit(3)  # the task did not stop in time; nothing uncommitted survives a peon's exit anyway
 
 
@@ -74,8 +81,9 @@ def run_peon(task_dir: Path, port: int, metadata_uri: str, deep_storage: str, sp
     metadata = MetadataStore(metadata_uri)
     emitter = ServiceEmitter("druid/peon", f"127.0.0.1:{port}", build_emitter(emitter_config))
     emitter.start()
+    actions = RemoteTaskActionClient(spec.id, lambda: live_urls(metadata, OVERLORD))
     toolbox = TaskToolbox(None, metadata, DeepStorage.from_uri(deep_storage), task_dir, KafkaStream.for_io_config,
-                          emitter)
+                          actions, emitter)
     task = create_task(spec, toolbox)
     # the chat API answers from the start (a task starting its Spark is NOT_STARTED, not unreachable)
     app = FastAPI(title=f"Sluice peon {spec.id}")
@@ -86,7 +94,8 @@ def run_peon(task_dir: Path, port: int, metadata_uri: str, deep_storage: str, sp
     http.start()
     threading.Thread(target=_watch_parent, args=(parent_pid, task), name="parent-watch", daemon=True).start()
     # stopping may call into Spark, which must not happen inside a signal handler on a thread busy in Spark
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=task.stop, name="sigterm").start())
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=task.stop_gracefully, name="sigterm").start())
+    signal.signal(SHUTDOWN_SIGNAL, lambda *_: threading.Thread(target=task.stop, name="shutdown").start())
     spark = None
     if spec.needs_spark:
         from sluice.task import kafka_source, spark_session  # only tasks that read start Spark
@@ -96,9 +105,13 @@ def run_peon(task_dir: Path, port: int, metadata_uri: str, deep_storage: str, sp
         toolbox.spark = spark
 
     status = task.run()
-    write_task_file(task_dir, STATUS_FILE, status.to_json())
-    log.info("task %s finished: %s %s", spec.id, status.status_code, status.error_msg or "")
+    if status.is_complete:
+        write_task_file(task_dir, STATUS_FILE, status.to_json())
+        log.info("task %s finished: %s %s", spec.id, status.status_code, status.error_msg or "")
+    else:
+        log.info("task %s stopped; its worker restores it when it starts again", spec.id)
     http.stop()
+    actions.close()
     emitter.close()
     if spark is not None:
         spark.stop()

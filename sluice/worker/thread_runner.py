@@ -1,8 +1,9 @@
 """Runs tasks as threads of this process, on the process's shared SparkSession.
 
-The all-in-one `sluice start` uses it: no peon start-up and one Spark for every task. Its tasks die with
-the process, so a restarted node's task queue fails the ones it had (`restores_tasks = False`); the
-supervisors then start new tasks from the committed offsets.
+The all-in-one `sluice start` uses it: no peon start-up and one Spark for every task. Its tasks stop with the
+process, gracefully or not; the restarted node's task queue gives it the tasks that were still running
+(`restores_tasks`), and each streaming task resumes from what its task directory holds (`sequences.json` and
+its persists), so a node restart neither re-reads what was read nor loses what was not published.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ log = logging.getLogger(__name__)
 
 
 class ThreadTaskRunner(StatusListeners):
-    restores_tasks = False
+    restores_tasks = True
 
-    def __init__(self, toolbox_factory: Callable[[Path], TaskToolbox], tasks_dir: Path) -> None:
+    def __init__(self, toolbox_factory: Callable[[str, Path], TaskToolbox], tasks_dir: Path) -> None:
+        """`toolbox_factory(task id, task dir)` gives a task what it needs from this process."""
         super().__init__()
         self._toolbox_factory = toolbox_factory
         self._tasks_dir = tasks_dir
@@ -37,7 +39,7 @@ class ThreadTaskRunner(StatusListeners):
         task_dir = self.task_dir(spec.id)
         task_dir.mkdir(parents=True, exist_ok=True)
         write_task_file(task_dir, TASK_FILE, spec.to_json())
-        task = create_task(spec, self._toolbox_factory(task_dir))
+        task = create_task(spec, self._toolbox_factory(spec.id, task_dir))
         with self._lock:
             self._tasks[spec.id] = task
             self._statuses[spec.id] = TaskStatus(spec.id, "RUNNING")
@@ -45,6 +47,10 @@ class ThreadTaskRunner(StatusListeners):
 
     def _execute(self, task: RunnableTask) -> None:
         status = task.run()
+        if not status.is_complete:  # stopped gracefully: it resumes when this process restarts
+            with self._lock:
+                self._tasks.pop(status.id, None)
+            return
         write_task_file(self.task_dir(status.id), STATUS_FILE, status.to_json())
         with self._lock:
             self._statuses[status.id] = status
@@ -88,11 +94,10 @@ class ThreadTaskRunner(StatusListeners):
         with self._lock:
             return list(self._tasks.values())
 
-
-
     def stop(self, timeout: float = 30.0) -> None:
-        """Process shutdown: stop every task (nothing unpublished is committed) and wait for them."""
+        """Process shutdown: stop every task gracefully (nothing unpublished is committed, and streaming tasks
+        resume when the process restarts) and wait for them."""
         for task in self.running():
-            task.stop()
+            task.stop_gracefully()
         for thread in [t for t in threading.enumerate() if t.name in self._statuses]:
             thread.join(timeout)

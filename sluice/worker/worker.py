@@ -2,9 +2,11 @@
 
 It has `capacity` slots and runs each task it is assigned as a peon process in its own directory under
 `<work dir>/tasks/<task id>` (task.json, lock, log, status.json). It reports every task's status and
-location to whoever asks (the overlord polls), shuts tasks down on request, and, when it starts again,
-finds the tasks it ran before: those whose peon still holds its lock are adopted, the finished ones are
-reported from their status.json, and the rest are reported failed.
+location to whoever asks (the overlord polls), and shuts tasks down on request (they end FAILED). When it
+stops, its peons stop gracefully: a task that can resume keeps what it read, uncommitted. When it starts
+again it finds the tasks it ran before: those whose peon still holds its lock are adopted, the finished ones
+are reported from their status.json, the ones that can resume are started again in new peons (Druid's
+restoreTasksOnRestart; they pick up from their task directory), and the rest are reported failed.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 from sluice.emitter import EmitterConfig
 from sluice.task.task import TaskStatus, task_from_json, write_task_file
-from sluice.worker.peon import STATUS_FILE, TASK_FILE, read_report, read_status, try_lock
+from sluice.worker.peon import SHUTDOWN_SIGNAL, STATUS_FILE, TASK_FILE, read_report, read_status, try_lock
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +90,8 @@ class WorkerTaskManager:
         self._monitor.start()
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Shut every peon down (their tasks end unpublished: nothing is committed) and wait for them."""
+        """Stop every peon gracefully (nothing unpublished is committed; tasks that can resume are restored when
+        the worker starts again) and wait for them."""
         self._stopped.set()
         for peon in self._peons():
             self._signal(peon, signal.SIGTERM)
@@ -114,17 +117,21 @@ class WorkerTaskManager:
             task_dir = self.tasks_dir / spec.id
             task_dir.mkdir(parents=True, exist_ok=True)
             write_task_file(task_dir, TASK_FILE, spec.to_json())
-            port = _free_port(self.host)
-            command = [sys.executable, "-m", "sluice.worker.peon", str(task_dir), "--port", str(port),
-                       "--metadata-uri", self._peon.metadata_uri, "--deep-storage", self._peon.deep_storage,
-                       "--spark-master", self._peon.spark_master, "--parent-pid", str(os.getpid()),
-                       "--emitter", self._peon.emitter.model_dump_json(by_alias=True)]
-            with (task_dir / LOG_FILE).open("ab") as log_file:
-                process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            write_task_file(task_dir, PEON_FILE, {"pid": process.pid, "port": port})
-            self._running[spec.id] = _Peon(spec.id, task_dir, process.pid, port, process)
-        log.info("task %s runs in peon pid %d, chat port %d", spec.id, process.pid, port)
+            self._launch(spec.id, task_dir)
         return spec.id
+
+    def _launch(self, task_id: str, task_dir: Path) -> None:
+        """Start a peon for the task in `task_dir` (its task.json written); called holding the lock."""
+        port = _free_port(self.host)
+        command = [sys.executable, "-m", "sluice.worker.peon", str(task_dir), "--port", str(port),
+                   "--metadata-uri", self._peon.metadata_uri, "--deep-storage", self._peon.deep_storage,
+                   "--spark-master", self._peon.spark_master, "--parent-pid", str(os.getpid()),
+                   "--emitter", self._peon.emitter.model_dump_json(by_alias=True)]
+        with (task_dir / LOG_FILE).open("ab") as log_file:
+            process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        write_task_file(task_dir, PEON_FILE, {"pid": process.pid, "port": port})
+        self._running[task_id] = _Peon(task_id, task_dir, process.pid, port, process)
+        log.info("task %s runs in peon pid %d, chat port %d", task_id, process.pid, port)
 
     def tasks(self) -> list[dict[str, Any]]:
         """Every task this worker knows: Druid's TaskAnnouncement (status and location)."""
@@ -142,7 +149,7 @@ class WorkerTaskManager:
         if peon is None:
             return False
         self._shut_down.add(task_id)
-        self._signal(peon, signal.SIGTERM)
+        self._signal(peon, SHUTDOWN_SIGNAL)
         return True
 
     def log(self, task_id: str, offset: int = 0) -> bytes | None:
@@ -186,10 +193,17 @@ class WorkerTaskManager:
             return False
         else:
             code = None
-        status = read_status(peon.task_dir) or TaskStatus.failure(
-            peon.task_id, "shut down before the task started" if peon.task_id in self._shut_down else
-            f"the peon exited (code {code}) before its task reported a status; nothing was committed unless the "
-            "task's publish transaction committed")
+        status = read_status(peon.task_dir)
+        if status is None and self._stopped.is_set() and peon.task_id not in self._shut_down:
+            with self._lock:
+                self._running.pop(peon.task_id, None)
+            return True  # stopped with this worker: restored when it starts again
+        if status is None:
+            status = TaskStatus.failure(
+                peon.task_id, "shut down before the task started" if peon.task_id in self._shut_down else
+                f"the peon exited (code {code}) before its task reported a status; nothing was committed unless the "
+                "task's publish transaction committed")
+            write_task_file(peon.task_dir, STATUS_FILE, status.to_json())  # ended for good: never restored
         with self._lock:
             if self._running.pop(peon.task_id, None) is None:
                 return True  # the monitor and stop() both saw it exit
@@ -203,7 +217,8 @@ class WorkerTaskManager:
                 self._reap(peon)
 
     def _restore(self) -> None:
-        """After a restart: adopt live peons, report finished and lost tasks."""
+        """After a restart: adopt live peons, report finished tasks, start again those that can resume, and report
+        the others failed."""
         for task_dir in sorted(p for p in self.tasks_dir.iterdir() if (p / TASK_FILE).exists()):
             task_id = task_dir.name
             status = read_status(task_dir)
@@ -218,7 +233,11 @@ class WorkerTaskManager:
                 continue
             if lock is not None:
                 lock.close()
+            if task_from_json(json.loads((task_dir / TASK_FILE).read_text())).can_restore:
+                log.info("restoring task %s", task_id)
+                with self._lock:
+                    self._launch(task_id, task_dir)
+                continue
             failed = TaskStatus.failure(task_id, "the worker restarted and this task's peon was gone")
             write_task_file(task_dir, STATUS_FILE, failed.to_json())
             self._completed[task_id] = failed
-

@@ -127,7 +127,8 @@ def test_too_many_parse_exceptions_fail_the_task_with_the_reason(node, http, kaf
     http.post("/druid/indexer/v1/supervisor/wiki_bad/terminate")
 
 
-def test_a_node_restart_mid_ingestion_neither_loses_nor_doubles_rows(spark, kafka_broker, tmp_path):  # noqa: ARG001
+def test_a_node_restart_mid_ingestion_resumes_its_tasks_and_neither_loses_nor_doubles_rows(spark, kafka_broker,  # noqa: ARG001
+                                                                                             tmp_path):
     topic = "wiki-restart"
     kafka_broker.create_topic(topic, 2)
     records = generate(40_000, seed=5)
@@ -140,21 +141,32 @@ def test_a_node_restart_mid_ingestion_neither_loses_nor_doubles_rows(spark, kafk
     first.start()
     with httpx.Client(base_url=f"http://127.0.0.1:{config.port}", timeout=60) as client:
         assert client.post("/druid/indexer/v1/supervisor", json=spec).status_code == 200
-    wait_for(lambda: 0 < sum(committed_offsets(first, "wiki_restart").values()), 120, "a first publish")
-    first.stop()  # tasks stop without publishing: whatever they read since their start is not committed
+        wait_for(lambda: 0 < sum(committed_offsets(first, "wiki_restart").values()), 120, "a first publish")
+        interrupted = {t["id"] for t in client.get("/druid/indexer/v1/tasks",
+                                                   params={"datasource": "wiki_restart", "state": "running"}).json()}
+    first.stop()  # tasks stop gracefully: they keep what they read, uncommitted, to resume from
     assert committed_offsets(first, "wiki_restart") != end_offsets, "stopped too late to interrupt anything"
 
     second = Node(NodeConfig(port=free_port(), work_dir=config.work_dir))
-    second.start()  # the supervisor comes back from the metadata store and resumes at the committed offsets
+    second.start()  # the tasks resume from their task directories; the supervisor adopts them
     try:
         wait_for(lambda: committed_offsets(second, "wiki_restart") == end_offsets, 180, "the rest to be committed")
         with httpx.Client(base_url=f"http://127.0.0.1:{second.config.port}", timeout=60) as client:
             valid = sum(r.kind == "valid" for r in records)
             assert sql(client, 'SELECT SUM("count") AS n, COUNT(*) > 0 AS any FROM wiki_restart') == [
                 {"n": valid, "any": True}]
-            stopped = [t for t in client.get("/druid/indexer/v1/tasks", params={"datasource": "wiki_restart"}).json()
-                       if t["status"] == "FAILED"]
-            assert stopped, "the first node's reading task should have ended FAILED, uncommitted"
+            def processed_by_finished_tasks() -> int:
+                tasks = client.get("/druid/indexer/v1/tasks", params={"datasource": "wiki_restart"}).json()
+                reports = [client.get(f"/druid/indexer/v1/task/{t['id']}/reports").json() for t in tasks
+                           if t["status"] == "SUCCESS"]
+                return sum(r["ingestionStatsAndErrors"]["payload"]["rowStats"]["buildSegments"]["processed"]
+                           for r in reports)
+
+            # what was read before the stop was not read again: every valid event is processed exactly once
+            wait_for(lambda: processed_by_finished_tasks() == valid, 60, "the tasks that read to finish")
+            tasks = client.get("/druid/indexer/v1/tasks", params={"datasource": "wiki_restart"}).json()
+            assert [t for t in tasks if t["status"] == "FAILED"] == []
+            assert {t["status"] for t in tasks if t["id"] in interrupted} == {"SUCCESS"}  # resumed, not replaced
     finally:
         second.supervisors.terminate("wiki_restart")
         second.stop()

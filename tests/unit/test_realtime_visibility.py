@@ -70,6 +70,17 @@ def test_the_next_generation_answers_beside_the_group_it_follows_then_alone() ->
     assert _paths(visible_pieces([first, second], {"wiki": {0: 100}})) == {"wiki": ["g2/0.parquet"]}
 
 
+def test_each_sequence_answers_from_the_replica_furthest_into_it_until_that_sequence_commits() -> None:
+    """A task that checkpointed holds two unpublished sequences; they are committed one by one."""
+    views = [_view(100, "a/s0-0.parquet", "a/s0-1.parquet", sequence="g_0", start={0: 0}),
+             _view(30, "a/s1-0.parquet", sequence="g_1", start={0: 100}),
+             _view(60, "b/s0-0.parquet", sequence="g_0", start={0: 0}),  # replica b is still in sequence 0
+             ]
+    assert _paths(visible_pieces(views, {"wiki": {0: 0}})) == {
+        "wiki": ["a/s0-0.parquet", "a/s0-1.parquet", "a/s1-0.parquet"]}
+    assert _paths(visible_pieces(views, {"wiki": {0: 100}})) == {"wiki": ["a/s1-0.parquet"]}  # sequence 0 committed
+
+
 def test_data_sources_are_independent() -> None:
     wiki = _view(9, "wiki/0.parquet", sequence="same")
     news = _view(1, "news/0.parquet", source="news", sequence="same")  # not a replica of wiki's: another source

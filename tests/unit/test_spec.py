@@ -238,6 +238,17 @@ def test_max_total_rows_null_as_druid_serializes_it_is_accepted():
         "type": "kafka", "maxTotalRows": None, "partitionsSpec": {"type": "dynamic", "maxTotalRows": None}}))
     assert spec.spec.tuning_config.max_total_rows is None
     assert spec.spec.tuning_config.partitions_spec.max_total_rows is None
+    assert spec.spec.tuning_config.effective_max_total_rows() == 20_000_000  # Druid's default
+
+
+def test_handoff_limits_are_read_with_druids_names():
+    spec = parse_supervisor_spec(changed(MINIMAL, "spec.tuningConfig", {
+        "type": "kafka", "maxTotalRows": 1000, "intermediateHandoffPeriod": "PT10M",
+        "partitionsSpec": {"type": "dynamic", "maxRowsPerSegment": 200}}))
+    tuning = spec.spec.tuning_config
+    assert (tuning.effective_max_total_rows(), tuning.intermediate_handoff_period,
+            tuning.effective_max_rows_per_segment()) == (1000, timedelta(minutes=10), 200)
+    assert parse_supervisor_spec(spec.to_json()).spec.tuning_config == tuning  # stored supervisors keep them
 
 
 @pytest.mark.parametrize("exclusions", [
@@ -398,10 +409,10 @@ INVALID = [
      {"dimensions": ["page", {"name": "n", "type": "long"}], "dimensionExclusions": ["n", "page"]},
      "spec.dataSchema.dimensionsSpec.dimensionExclusions",
      "dimensions and dimensions exclusions cannot overlap; in both: n, page"),
-    ("spec.tuningConfig", {"type": "kafka", "maxTotalRows": 20_000_000},
-     "spec.tuningConfig.maxTotalRows", "not supported yet: incremental handoff"),
-    ("spec.tuningConfig", {"type": "kafka", "partitionsSpec": {"type": "dynamic", "maxTotalRows": 1000}},
-     "spec.tuningConfig.partitionsSpec.maxTotalRows", "not supported yet: incremental handoff"),
+    ("spec.tuningConfig", {"type": "kafka", "maxTotalRows": 0},
+     "spec.tuningConfig.maxTotalRows", "greater than or equal to 1"),
+    ("spec.tuningConfig", {"type": "kafka", "intermediateHandoffPeriod": "soon"},
+     "spec.tuningConfig.intermediateHandoffPeriod", "soon"),
     ("type", "kinesis",
      "type", "supervisor type 'kinesis' is not supported"),
 ]
@@ -430,8 +441,8 @@ class RecordingSupervisors:
     ("spec.dataSchema.dimensionsSpec", {"dimensions": ["page"], "dimensionExclusions": ["page"]},
      "spec.dataSchema.dimensionsSpec.dimensionExclusions: dimensions and dimensions exclusions cannot overlap; "
      "in both: page"),
-    ("spec.tuningConfig", {"type": "kafka", "maxTotalRows": 1000},
-     "spec.tuningConfig.maxTotalRows: not supported yet: incremental handoff"),
+    ("spec.tuningConfig", {"type": "kafka", "maxTotalRows": -5},
+     "spec.tuningConfig.maxTotalRows: Input should be greater than or equal to 1"),
 ])
 def test_the_supervisor_api_answers_400_naming_the_field_and_starts_nothing(field, value, error):
     supervisors = RecordingSupervisors()
@@ -468,8 +479,8 @@ LEGACY_INVALID = [
      "tuningConfig.indexSpec", DOES_NOT_SUPPORT),
     ("dataSchema.parser.parseSpec.dimensionsSpec", {"dimensions": ["channel"], "dimensionExclusions": ["channel"]},
      "dataSchema.parser.parseSpec.dimensionsSpec.dimensionExclusions", "cannot overlap; in both: channel"),
-    ("tuningConfig.maxTotalRows", 5000,
-     "tuningConfig.maxTotalRows", "not supported yet: incremental handoff"),
+    ("tuningConfig.maxTotalRows", 0,
+     "tuningConfig.maxTotalRows", "greater than or equal to 1"),
 ]
 
 

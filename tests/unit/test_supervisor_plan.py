@@ -7,7 +7,7 @@ import pytest
 
 from sluice.overlord.supervisor.plan import (
     NOT_SET, DiscoveredTask, EndGroup, KillTask, Observation, PlanConfig, RecordStartingOffsets, ResetStoredOffsets,
-    StartTask, SupervisorState, adopt, end_group, plan,
+    StartTask, SupervisorState, add_checkpoint, adopt, checkpoint_refusal, end_group, plan,
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -234,3 +234,52 @@ def test_tasks_that_no_longer_fit_are_killed():
     state, kills = adopt(SupervisorState(), tasks, CONFIG, T0)
     assert [k.task_id for k in kills] == ["old_spec", "moved", "second"]
     assert state.active[0].task_ids == {"first"}
+
+
+# -- checkpoints (incremental handoff) -------------------------------------------------------------------------
+
+def reading(checkpoints: dict[int, dict[int, int]] | None = None) -> SupervisorState:
+    state = started(plan(SupervisorState(), observe(initial={0: 0, 1: 0, 2: 0, 3: 0}), CONFIG).state, {0: "a", 1: "b"})
+    for sequence_id, start in (checkpoints or {}).items():
+        state.active[0].checkpoint_sequences[sequence_id] = start
+    return state
+
+
+CHECKPOINTS = {
+    # name: (group's checkpoints beyond the first, group id, the task's start, refused?, an error?)
+    "the latest sequence is checkpointed": ({}, 0, {0: 0, 2: 0}, False, False),
+    "after a checkpoint, the new latest one is": ({1: {0: 50, 2: 40}}, 0, {0: 50, 2: 40}, False, False),
+    "a replica asking for an ended sequence is ignored": ({1: {0: 50, 2: 40}}, 0, {0: 0, 2: 0}, True, False),
+    "a start that is no checkpoint of the group is an error": ({}, 0, {0: 7, 2: 0}, True, True),
+    "a group no longer reading ends at its final end offsets": ({}, 3, {3: 0}, True, False),
+}
+
+
+@pytest.mark.parametrize("extra, group_id, start, refused, error", CHECKPOINTS.values(), ids=CHECKPOINTS)
+def test_a_checkpoint_request_ends_only_the_groups_latest_sequence(extra, group_id, start, refused, error):
+    refusal = checkpoint_refusal(reading(extra), group_id, start)
+    assert (refusal is not None) == refused
+    assert refusal is None or refusal[1] == error
+
+
+def test_after_a_checkpoint_new_replicas_get_every_sequence_of_the_group():
+    state = add_checkpoint(reading(), 0, {0: 50, 2: 40})
+    assert state.active[0].checkpoint_sequences == {0: {0: 0, 2: 0}, 1: {0: 50, 2: 40}}
+    assert state.active[0].starting_offsets == {0: 0, 2: 0}  # the group still starts where it started
+
+
+def test_a_group_that_committed_sequences_and_then_failed_restarts_after_what_is_committed():
+    state = add_checkpoint(reading(), 0, {0: 50, 2: 40})  # sequence 0 of group 0 then committed up to 50/40
+    decided = plan(state, observe(stored={0: 50, 1: 0, 2: 40, 3: 0}, statuses={"a": "FAILED", "b": "RUNNING"}), CONFIG)
+    assert StartTask(0) in decided.actions
+    assert decided.state.active[0].starting_offsets == {0: 50, 2: 40}
+
+
+def test_a_group_created_again_at_the_same_offsets_never_reuses_a_sequence_name():
+    """A reset can move the committed offsets back to where an earlier group started; that group's segment ids
+    (allocated by sequence name) are committed, and reusing them would skip the new rows as existing segments."""
+    config = PlanConfig("wiki", 1, 2, timedelta(minutes=10), timedelta(minutes=5))
+    first = plan(SupervisorState(), observe(partitions=(0,), initial={0: 0}), config).state
+    again = plan(SupervisorState(), observe(now=T0 + timedelta(hours=1), partitions=(0,), initial={0: 0}), config).state
+    assert first.active[0].starting_offsets == again.active[0].starting_offsets
+    assert first.active[0].base_sequence_name != again.active[0].base_sequence_name

@@ -356,8 +356,8 @@ def test_a_broker_node_asks_the_overlord_it_discovers_and_shows_the_stored_state
                  "location": {"host": "127.0.0.1", "port": port, "tlsPort": -1}}]
 
     @overlord.get(f"/druid/worker/v1/chat/{task_id}/realtime")
-    def realtime() -> dict[str, Any]:
-        return _view("wiki", "index_kafka_wiki_a", {0: 0}, 2, persisted).to_json()
+    def realtime() -> list[dict[str, Any]]:
+        return [_view("wiki", "index_kafka_wiki_a_0", {0: 0}, 2, persisted).to_json()]
 
     server = HttpServer(overlord, "127.0.0.1", port)
     server.start()

@@ -17,11 +17,13 @@ def test_kafka_index_task_round_trips_through_its_json() -> None:
     ingestion = parse_supervisor_spec(supervisor_spec("wiki", "edits", "127.0.0.1:9092",
                                                       lateMessageRejectionPeriod="PT1H")).spec
     spec = KafkaIndexTaskSpec("index_kafka_wiki_abc", 1, "index_kafka_wiki_0123456789abcdef", ingestion,
-                              {0: 10, 2: 7}, datetime(2026, 11, 22, 1, 2, 3, 456000, UTC), "2026-11-22T00:00:00.000Z")
+                              {0: 10, 2: 7}, datetime(2026, 11, 22, 1, 2, 3, 456000, UTC),
+                              checkpoints={0: {0: 10, 2: 7}, 1: {0: 55, 2: 7}})
 
     again = task_from_json(spec.to_json())
 
     assert again == spec
+    assert spec.to_json()["context"]["checkpoints"] == {"0": {"0": 10, "2": 7}, "1": {"0": 55, "2": 7}}
     assert again.message_window == spec.message_window
     assert (again.type, again.group_id, again.priority) == ("index_kafka", "index_kafka_wiki", 75)
 

@@ -14,7 +14,6 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sluice.timestamps import format_timestamp
 
 #: partitionOffsets value meaning "start from what the metadata store has" (Druid's NOT_SET)
 NOT_SET = -1
@@ -40,6 +39,13 @@ class TaskGroup:
     #: when its first replica started reading (Druid's group start time): taskDuration counts from here, so
     #: a task slow to start (a peon starting its Spark) is not ended before it read anything
     started: datetime | None = None
+    #: checkpointSequences: sequence id -> the offsets the sequence starts at. The first is startingOffsets; each
+    #: checkpoint adds the next. A replica started later gets them all, so it reads the same sequences
+    checkpoint_sequences: dict[int, dict[int, int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.checkpoint_sequences:
+            self.checkpoint_sequences = {0: dict(self.starting_offsets)}
 
 
 @dataclass
@@ -50,9 +56,6 @@ class SupervisorState:
     pending: dict[int, list[TaskGroup]] = field(default_factory=dict)
     #: partitionOffsets: where the next group for a partition starts; NOT_SET = the committed offsets
     partition_offsets: dict[int, int] = field(default_factory=dict)
-    #: the version of the time-chunk lock all tasks of this supervisor share (Druid: tasks of one groupId
-    #: share locks), so that appending groups allocate into one version of a chunk; kept across updates
-    lock_version: str | None = None
     #: the generation the next created group gets
     next_generation: int = 0
 
@@ -102,6 +105,8 @@ class DiscoveredTask:
     same_spec: bool
     #: set when it is already publishing: the offsets it publishes up to
     end_offsets: dict[int, int] | None = None
+    #: its sequences' start offsets, by sequence id
+    checkpoints: dict[int, dict[int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -159,7 +164,6 @@ def plan(current: SupervisorState, obs: Observation, config: PlanConfig) -> Plan
     actions: list[Action] = []
     errors: list[str] = []
     blocked: list[str] = []
-    state.lock_version = state.lock_version or format_timestamp(obs.now)  # versions sort as strings
     _update_partitions(state, obs)
     _check_pending_completion(state, obs, actions, errors)
     _check_active_groups(state, obs, actions, errors)
@@ -259,8 +263,8 @@ def _create_groups(state: SupervisorState, obs: Observation, config: PlanConfig,
                         for p in partitions}
             if None in starting.values():
                 continue  # a partition cannot be read: this group waits for an operator's reset
-            state.active[group_id] = TaskGroup(group_id, starting, sequence_name(config, group_id, starting), obs.now,
-                                               state.next_generation)
+            name = sequence_name(config, group_id, starting, obs.now)
+            state.active[group_id] = TaskGroup(group_id, starting, name, obs.now, state.next_generation)
             state.next_generation += 1
         missing = config.replicas - len(state.active[group_id].task_ids)
         actions += [StartTask(group_id)] * max(missing, 0)
@@ -273,11 +277,11 @@ def _create_groups(state: SupervisorState, obs: Observation, config: PlanConfig,
 def _starting_offset(state: SupervisorState, obs: Observation, config: PlanConfig, partition: int,
                      first_offsets: dict[int, int], reset_offsets: dict[int, int], errors: list[str],
                      blocked: list[str]) -> int | None:
-    """Where a new group reads `partition` from: the previous group's end, else the committed offset, else
-    the initial one (recorded). An offset the stream no longer holds is never skipped silently."""
+    """Where a new group reads `partition` from: the previous group's end or the committed offset, whichever is
+    further, else the initial one (recorded). An offset the stream no longer holds is never skipped silently."""
     offset = state.partition_offsets.get(partition, NOT_SET)
-    if offset == NOT_SET:
-        offset = obs.stored_offsets.get(partition, NOT_SET)
+    # a group that checkpointed and then failed committed some of its sequences: what is committed is not read again
+    offset = max(offset, obs.stored_offsets.get(partition, NOT_SET))
     if offset == NOT_SET:
         first_offsets[partition] = obs.initial_offsets[partition]
         return first_offsets[partition]
@@ -310,9 +314,13 @@ def _unavailable(obs: Observation, partition: int, offset: int) -> str:
             f"supervisor's reset API.")
 
 
-def sequence_name(config: PlanConfig, group_id: int, starting_offsets: dict[int, int]) -> str:
-    """Deterministic per group and start, so a re-created group after a restart reuses the name."""
-    digest = hashlib.sha1(json.dumps([config.data_source, group_id, sorted(starting_offsets.items())]).encode())
+def sequence_name(config: PlanConfig, group_id: int, starting_offsets: dict[int, int], created: datetime) -> str:
+    """The name the group's replicas share, and so the key of their segment allocation: unique per group, never
+    reused. A group created later at the same starting offsets (after a reset moved the committed offsets back)
+    must not be handed the segment ids an earlier group already committed, or its rows would be skipped as
+    segments that exist."""
+    digest = hashlib.sha1(json.dumps([config.data_source, group_id, sorted(starting_offsets.items()),
+                                      created.isoformat()]).encode())
     return f"index_kafka_{config.data_source}_{digest.hexdigest()[:15]}"
 
 
@@ -324,6 +332,30 @@ def end_group(current: SupervisorState, group_id: int, end_offsets: dict[int, in
     group.completion_deadline = deadline
     state.pending.setdefault(group_id, []).append(group)
     state.partition_offsets.update(end_offsets)
+    return state
+
+
+def checkpoint_refusal(state: SupervisorState, group_id: int, start: dict[int, int]) -> tuple[str, bool] | None:
+    """Druid's CheckpointNotice check. None: the group's latest sequence, which started at `start`, ends now.
+    Otherwise why not, and whether that is an error: a group no longer reading ends its sequence at its final
+    end offsets anyway, and a replica's request for a sequence another replica's request already ended is
+    expected; a `start` that is none of the group's checkpoints is not."""
+    group = state.active.get(group_id)
+    if group is None:
+        return f"task group {group_id} is not reading any more; its tasks publish at their end offsets", False
+    latest = group.checkpoint_sequences[max(group.checkpoint_sequences)]
+    if start == latest:
+        return None
+    if start in group.checkpoint_sequences.values():
+        return f"task group {group_id} already checkpointed at {latest} (a replica asked first)", False
+    return f"No such previous checkpoint [{start}] found for task group {group_id}", True
+
+
+def add_checkpoint(current: SupervisorState, group_id: int, end: dict[int, int]) -> SupervisorState:
+    """After a checkpoint: the group's replicas read on into a new sequence starting at `end`."""
+    state = copy.deepcopy(current)
+    group = state.active[group_id]
+    group.checkpoint_sequences[max(group.checkpoint_sequences) + 1] = dict(end)
     return state
 
 
@@ -361,7 +393,7 @@ def adopt(state: SupervisorState, discovered: list[DiscoveredTask], config: Plan
         group = state.active.get(task.group_id)
         if group is None:
             group = TaskGroup(task.group_id, dict(task.starting_offsets), task.base_sequence_name, task.created,
-                              state.next_generation)
+                              state.next_generation, checkpoint_sequences=dict(task.checkpoints))
             state.next_generation += 1
             state.active[task.group_id] = group
         if group.base_sequence_name != task.base_sequence_name:

@@ -21,8 +21,8 @@ from typing import Any, Callable, TypeVar
 from sluice.metadata.offsets import StreamOffsets
 from sluice.metadata.store import MetadataStore
 from sluice.overlord.supervisor.plan import (
-    NOT_SET, EndGroup, KillTask, Observation, PlanConfig, RecordStartingOffsets, ResetStoredOffsets, StartTask,
-    DiscoveredTask, SupervisorState, TaskGroup, adopt, end_group, plan,
+    NOT_SET, DiscoveredTask, EndGroup, KillTask, Observation, PlanConfig, RecordStartingOffsets, ResetStoredOffsets,
+    StartTask, SupervisorState, TaskGroup, add_checkpoint, adopt, checkpoint_refusal, end_group, plan,
 )
 from sluice.overlord.task_runner import TaskRunner
 from sluice.timestamps import format_timestamp
@@ -112,7 +112,7 @@ class StreamSupervisor:
                 waiting.append(task.id)
                 continue
             found.append(DiscoveredTask(task.id, task.task_group_id, task.start_offsets, task.base_sequence_name,
-                                        task.created, task.ingestion == self.spec.spec, end))
+                                        task.created, task.ingestion == self.spec.spec, end, client.checkpoints()))
         self.state, kills = adopt(self.state, found, self.config, self._clock())
         if waiting and time.monotonic() - self._started_at > DISCOVERY_TIMEOUT:
             kills += [KillTask(t, "its peon could not be reached after an overlord restart") for t in waiting]
@@ -146,6 +146,14 @@ class StreamSupervisor:
     def reset_offsets(self, offsets: dict[int, int]) -> None:
         """Set the committed offsets of some partitions (Druid's ResetNotice) and restart their groups there."""
         self.submit(lambda: self._reset_offsets(offsets))
+
+    def checkpoint(self, group_id: int, start: dict[int, int]) -> bool:
+        """A task's checkpoint request (Druid's checkPointDataSourceMetadata): queued as a CheckpointNotice, handled
+        in order with the other notices. False when the supervisor is stopping."""
+        if self._stopping:
+            return False
+        self._notices.put((lambda: self._checkpoint(group_id, start), Future()))
+        return True
 
     def handoff(self, group_ids: list[int]) -> None:
         """End these reading groups now rather than at taskDuration (best effort, as in Druid)."""
@@ -296,7 +304,7 @@ class StreamSupervisor:
             group = self.state.active[action.group_id]
             task = KafkaIndexTaskSpec(new_task_id(self.spec.id, group.base_sequence_name), group.group_id,
                                       group.base_sequence_name, self.spec.spec, dict(group.starting_offsets),
-                                      created=group.created, lock_version=self.state.lock_version)
+                                      created=group.created, checkpoints=dict(group.checkpoint_sequences))
             group.task_ids.add(task.id)
             self._runner.run(task)
         elif isinstance(action, KillTask):
@@ -308,31 +316,62 @@ class StreamSupervisor:
     def _end_group(self, group_id: int) -> None:
         """Pause every replica, publish up to the highest offsets any of them reached, start the next group."""
         group = self.state.active[group_id]
+        ended = self._set_end_offsets(group, finish=True)
+        if ended is None:
+            del self.state.active[group_id]
+            return
+        end, publishing = ended
+        group.task_ids = publishing
+        self.state = end_group(self.state, group_id, end, self._clock() + self.config.completion_timeout)
+        self.request_run()
+
+    def _checkpoint(self, group_id: int, start: dict[int, int]) -> None:
+        """CheckpointNotice: end the group's current sequence at the highest offsets any replica reached; the
+        replicas publish it while they read on into the next sequence (incremental handoff)."""
+        refusal = checkpoint_refusal(self.state, group_id, start)
+        if refusal is not None:
+            message, error = refusal
+            if error:
+                self._record_error("IllegalStateException", message)
+            else:
+                log.info("supervisor %s: %s", self.spec.id, message)
+            return
+        group = self.state.active[group_id]
+        ended = self._set_end_offsets(group, finish=False)
+        if ended is None:
+            del self.state.active[group_id]
+            return
+        end, reading = ended
+        group.task_ids = reading
+        self.state = add_checkpoint(self.state, group_id, end)
+        log.info("supervisor %s: task group %d checkpointed at %s", self.spec.id, group_id, end)
+
+    def _set_end_offsets(self, group: TaskGroup, finish: bool) -> tuple[dict[int, int], set[str]] | None:
+        """Pause the group's replicas and give them all the same end offsets, the highest any of them reached
+        (Druid's checkpointTaskGroup). Replicas that cannot be paused or take them are killed. Returns the end
+        and the replicas that took it; None when none did (the group is then restarted from its start)."""
         paused = {t: c for t in group.task_ids if (c := self._runner.client(t)) is not None}
         offsets = {t: o for t, c in paused.items() if (o := c.pause()) is not None}
         for task_id in group.task_ids - set(offsets):
             self._killed.add(task_id)
-            self._runner.shutdown(task_id, "could not be paused to end its reading")
+            self._runner.shutdown(task_id, "could not be paused to set its end offsets")
         if not offsets:
-            del self.state.active[group_id]
-            self._record_error("TaskFailure", f"task group {group_id}: no replica could be paused; restarting it")
-            return
+            self._record_error("TaskFailure", f"task group {group.group_id}: no replica could be paused; restarting it")
+            return None
         end = {p: max(o[p] for o in offsets.values()) for p in group.starting_offsets}
-        publishing = set()
+        took = set()
         for task_id in offsets:
             try:
-                paused[task_id].set_end_offsets(end, finish=True)
-                publishing.add(task_id)
+                paused[task_id].set_end_offsets(end, finish=finish)
+                took.add(task_id)
             except TaskFailure as failure:
                 self._killed.add(task_id)
                 self._runner.shutdown(task_id, f"could not set its end offsets: {failure}")
-        if not publishing:
-            del self.state.active[group_id]
-            self._record_error("TaskFailure", f"task group {group_id}: no replica took its end offsets; restarting it")
-            return
-        group.task_ids = publishing
-        self.state = end_group(self.state, group_id, end, self._clock() + self.config.completion_timeout)
-        self.request_run()
+        if not took:
+            self._record_error("TaskFailure",
+                               f"task group {group.group_id}: no replica took its end offsets; restarting it")
+            return None
+        return end, took
 
     def _end_all_groups(self) -> None:
         for group_id in list(self.state.active):
