@@ -3,7 +3,12 @@
 Workers are found through their announcements. Every `period` the runner asks each live worker which
 tasks it has (status and location), completes the tasks that finished, attaches to tasks a worker runs
 that the runner had only as pending (how an overlord restart finds its tasks again), fails the tasks of
-workers that stopped announcing, and assigns pending tasks to workers chosen by the select strategy.
+workers that went silent, and assigns pending tasks to workers chosen by the select strategy.
+
+A worker that goes away is given `task_cleanup_timeout` (Druid's taskCleanupTimeout), counted from its last
+heartbeat, to come back before its tasks are failed. A worker killed outright is already that silent when its
+announcement times out, so its tasks fail then; a worker restarted gracefully withdraws its announcement at
+once, and its restored tasks (same ids, new peons) carry on if it is back within the timeout.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any, Callable
 
 import httpx
 
-from sluice.discovery import HEARTBEAT_PERIOD, WORKER, live_nodes
+from sluice.discovery import HEARTBEAT_PERIOD, MISSED_HEARTBEATS, WORKER, live_nodes
 from sluice.metadata.store import MetadataStore
 from sluice.overlord.task_client import HttpTaskClient
 from sluice.overlord.worker_select import WorkerInfo, strategy
@@ -41,12 +46,20 @@ class HttpRemoteTaskRunner(StatusListeners):
     restores_tasks = True  # tasks live in peons on workers, so they outlive an overlord restart
 
     def __init__(self, metadata: MetadataStore, select_strategy: str = "equalDistribution",
-                 period: float = 0.5, heartbeat_period: float = HEARTBEAT_PERIOD) -> None:
+                 period: float = 0.5, heartbeat_period: float = HEARTBEAT_PERIOD,
+                 task_cleanup_timeout: float | None = None) -> None:
         super().__init__()
         self._metadata = metadata
         self._select = strategy(select_strategy)
         self._period = period
         self._heartbeat_period = heartbeat_period
+        #: how long a worker may be silent (no new heartbeat, or no announcement at all) before its tasks fail;
+        #: by default as long as discovery waits before it takes a node for dead
+        self._cleanup_timeout = heartbeat_period * MISSED_HEARTBEATS if task_cleanup_timeout is None \
+            else task_cleanup_timeout
+        #: worker id → (its last heartbeat seen, when this runner first saw it): silence is measured on this
+        #: runner's clock, so the workers' clocks do not matter
+        self._heard: dict[str, tuple[int, float]] = {}
         self._pending: dict[str, TaskSpec] = {}
         self._running: dict[str, _Assigned] = {}
         self._complete: dict[str, TaskStatus] = {}
@@ -147,8 +160,6 @@ class HttpRemoteTaskRunner(StatusListeners):
                 log.info("shutting down task %s on %s: the task queue does not know it", task_id, worker_id)
                 self._post(worker, f"/task/{task_id}/shutdown")
 
-
-
     def workers(self) -> list[dict[str, Any]]:
         """Druid's GET /druid/indexer/v1/workers shape."""
         with self._lock:
@@ -178,12 +189,24 @@ class HttpRemoteTaskRunner(StatusListeners):
 
     def _sync_workers(self) -> None:
         live = {f"{a.host}:{a.port}": a for a in live_nodes(self._metadata, WORKER, self._heartbeat_period)}
+        now = time.monotonic()
         with self._lock:
-            gone = [t for t, a in self._running.items() if a.worker.id not in live]
+            for worker_id, announcement in live.items():
+                if self._heard.get(worker_id, (None,))[0] != announcement.heartbeat_millis:
+                    self._heard[worker_id] = (announcement.heartbeat_millis, now)
             for worker_id in set(self._workers) - set(live):
-                log.warning("worker %s stopped announcing; failing its tasks", worker_id)
+                log.warning("worker %s stopped announcing; its tasks fail unless it is back within %.0f s of its "
+                            "last heartbeat", worker_id, self._cleanup_timeout)
                 self._workers.pop(worker_id)
                 self._unknown.pop(worker_id, None)
+            silent = {w for w, (_, seen) in self._heard.items()
+                      if w not in live and now - seen >= self._cleanup_timeout}
+            for worker_id in silent:
+                self._heard.pop(worker_id)
+            gone = [t for t, a in self._running.items()
+                    if a.worker.id in silent or (a.worker.id not in live and a.worker.id not in self._heard)]
+        if silent:
+            log.warning("workers %s silent for %.0f s; failing their tasks", sorted(silent), self._cleanup_timeout)
         for task_id in gone:
             self._complete_task(TaskStatus.failure(task_id, "the worker running this task disappeared"))
         for worker_id, announcement in live.items():

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 from fastapi import FastAPI
 
@@ -62,11 +62,42 @@ def try_lock(task_dir: Path) -> IO[str] | None:
     return handle
 
 
-def _watch_parent(parent_pid: int, task: RunnableTask) -> None:
+class _StopRequests:
+    """Stop requests (SIGTERM and the worker's death: stop to be restored; SIGUSR1: shut down for good) for a task
+    that cannot be stopped yet: until its Spark is up they are kept, and then the task does not run at all (a
+    stopping worker does not wait for a Spark to start only to stop it)."""
+
+    def __init__(self, task: RunnableTask) -> None:
+        self._task = task
+        self._lock = threading.Lock()
+        self._started = False
+        #: what was asked before the task started: "shutdown" wins over "restore"
+        self.before_start: str | None = None
+
+    def request(self, shutdown: bool) -> None:
+        """Called on a thread of its own (stopping may call into Spark, and a signal handler must not)."""
+        with self._lock:
+            if not self._started:
+                self.before_start = "shutdown" if shutdown or self.before_start == "shutdown" else "restore"
+                return
+        (self._task.stop if shutdown else self._task.stop_gracefully)()
+
+    def start(self) -> str | None:
+        """The task can be stopped from now on; what was asked before, if anything."""
+        with self._lock:
+            self._started = True
+            return self.before_start
+
+
+def _on_signal(stops: _StopRequests, shutdown: bool) -> Callable[..., None]:
+    return lambda *_: threading.Thread(target=stops.request, args=(shutdown,), name="stop-request").start()
+
+
+def _watch_parent(parent_pid: int, task_id: str, stops: _StopRequests) -> None:
     while os.getppid() == parent_pid:
         time.sleep(0.5)
-    log.warning("the worker (pid %d) is gone; stopping task %s until it restarts", parent_pid, task.spec.id)
-    task.stop_gracefully()
+    log.warning("the worker (pid %d) is gone; stopping task %s until it restarts", parent_pid, task_id)
+    stops.request(shutdown=False)
     time.sleep(30)
     os._exit(3)  # the task did not stop in time; nothing uncommitted survives a peon's exit anyway
 
@@ -90,21 +121,27 @@ def run_peon(task_dir: Path, port: int, metadata_uri: str, deep_storage: str, sp
     app.include_router(chat_router(lambda task_id: task if task_id == spec.id else None))
     app.include_router(metrics_router(emitter))
     app.get("/status/health")(lambda: True)
+    stops = _StopRequests(task)
+    signal.signal(signal.SIGTERM, _on_signal(stops, shutdown=False))
+    signal.signal(SHUTDOWN_SIGNAL, _on_signal(stops, shutdown=True))
     http = HttpServer(app, "127.0.0.1", port)
     http.start()
-    threading.Thread(target=_watch_parent, args=(parent_pid, task), name="parent-watch", daemon=True).start()
-    # stopping may call into Spark, which must not happen inside a signal handler on a thread busy in Spark
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=task.stop_gracefully, name="sigterm").start())
-    signal.signal(SHUTDOWN_SIGNAL, lambda *_: threading.Thread(target=task.stop, name="shutdown").start())
+    threading.Thread(target=_watch_parent, args=(parent_pid, spec.id, stops), name="parent-watch", daemon=True).start()
     spark = None
-    if spec.needs_spark:
+    if spec.needs_spark and stops.before_start is None:
         from sluice.task import kafka_source, spark_session  # only tasks that read start Spark
 
         spark = spark_session.get_or_create(spark_master)
         kafka_source.register(spark)
         toolbox.spark = spark
 
-    status = task.run()
+    before_start = stops.start()
+    if before_start == "shutdown":
+        status = TaskStatus.failure(spec.id, "shut down before the task started")
+    elif before_start == "restore":
+        status = TaskStatus(spec.id, "RUNNING")  # never started: its directory is as it was, for the restart
+    else:
+        status = task.run()
     if status.is_complete:
         write_task_file(task_dir, STATUS_FILE, status.to_json())
         log.info("task %s finished: %s %s", spec.id, status.status_code, status.error_msg or "")

@@ -4,7 +4,8 @@ It has `capacity` slots and runs each task it is assigned as a peon process in i
 `<work dir>/tasks/<task id>` (task.json, lock, log, status.json). It reports every task's status and
 location to whoever asks (the overlord polls), and shuts tasks down on request (they end FAILED). When it
 stops, its peons stop gracefully: a task that can resume keeps what it read, uncommitted. When it starts
-again it finds the tasks it ran before: those whose peon still holds its lock are adopted, the finished ones
+again it finds the tasks it ran before: those whose peon still holds its lock are adopted (such a peon is
+stopping, since its worker died; when it exits without a status its task is restored), the finished ones
 are reported from their status.json, the ones that can resume are started again in new peons (Druid's
 restoreTasksOnRestart; they pick up from their task directory), and the rest are reported failed.
 """
@@ -184,7 +185,7 @@ class WorkerTaskManager:
             pass
 
     def _reap(self, peon: _Peon) -> bool:
-        """True (and the task completed) once the peon has exited."""
+        """True once the peon has exited: its task completed, stopped with this worker, or restored anew."""
         if peon.process is not None:
             code = peon.process.poll()
             if code is None:
@@ -198,6 +199,15 @@ class WorkerTaskManager:
             with self._lock:
                 self._running.pop(peon.task_id, None)
             return True  # stopped with this worker: restored when it starts again
+        if status is None and peon.process is None and peon.task_id not in self._shut_down \
+                and self._can_restore(peon.task_dir):
+            # adopted from the previous worker process: a peon stops (to be restored) when its worker dies, so one
+            # still running at the restart was on its way out; now that it is gone, its task resumes in a new peon
+            with self._lock:
+                if self._running.get(peon.task_id) is peon:
+                    log.info("restoring task %s: its previous peon (pid %d) has exited", peon.task_id, peon.pid)
+                    self._launch(peon.task_id, peon.task_dir)
+            return True
         if status is None:
             status = TaskStatus.failure(
                 peon.task_id, "shut down before the task started" if peon.task_id in self._shut_down else
@@ -233,7 +243,7 @@ class WorkerTaskManager:
                 continue
             if lock is not None:
                 lock.close()
-            if task_from_json(json.loads((task_dir / TASK_FILE).read_text())).can_restore:
+            if self._can_restore(task_dir):
                 log.info("restoring task %s", task_id)
                 with self._lock:
                     self._launch(task_id, task_dir)
@@ -241,3 +251,7 @@ class WorkerTaskManager:
             failed = TaskStatus.failure(task_id, "the worker restarted and this task's peon was gone")
             write_task_file(task_dir, STATUS_FILE, failed.to_json())
             self._completed[task_id] = failed
+
+    @staticmethod
+    def _can_restore(task_dir: Path) -> bool:
+        return task_from_json(json.loads((task_dir / TASK_FILE).read_text())).can_restore

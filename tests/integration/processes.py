@@ -60,6 +60,25 @@ class SluiceProcess:
         return httpx.Client(base_url=self.url, timeout=60)
 
 
+class Cluster:
+    """Sluice processes sharing one SQLite metadata store and one deep storage under `work_dir`."""
+
+    def __init__(self, work_dir: Path) -> None:
+        self.work_dir = work_dir
+        self.metadata_uri = f"sqlite:///{work_dir / 'metadata.db'}"
+        self.processes: list[SluiceProcess] = []
+
+    def start(self, role: str, *args: str) -> SluiceProcess:
+        process = SluiceProcess(role, self.work_dir, self.metadata_uri, *args)
+        self.processes.append(process)
+        return process.start()
+
+    def stop(self) -> None:
+        """Workers first (their peons stop with them), then the others."""
+        for process in sorted(self.processes, key=lambda p: p.role != "worker"):
+            process.stop()
+
+
 def peon_pids(task_id: str) -> list[int]:
     """The peon processes running a task (their command line names the task directory)."""
     found = subprocess.run(["pgrep", "-f", f"sluice.worker.peon .*{task_id}"], capture_output=True, text=True)
