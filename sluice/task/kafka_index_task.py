@@ -40,6 +40,7 @@ from sluice.task.meters import (BUILD_SEGMENTS, ParseExceptionReport, RowIngesti
                                 ingestion_metrics)
 from sluice.task.offsets import next_ranges
 from sluice.task.publisher import SequencePublisher, already_committed
+from sluice.task.rollup_policy import PersistRollup
 from sluice.task.sequences import HandoffLimits, SequenceMetadata, initial_sequences
 from sluice.task.stats import RowStats
 from sluice.task.task import TaskFailure, TaskStatus, write_task_file
@@ -225,6 +226,7 @@ class KafkaIndexTask:
         self._reading = False  # a Spark read job is in flight (it runs in job group = task id)
         self._read_epoch = 0  # moved on by pause and stop: a read started in an earlier epoch does not count
         self._persist_count = 0
+        self._persist_rollup = PersistRollup()
         #: the sequence a checkpoint was asked for, so it is asked once
         self._checkpoint_requested: int | None = None
         self._last_checkpoint = datetime.now(UTC)
@@ -332,7 +334,8 @@ class KafkaIndexTask:
         with self._cond:
             self._stop_requested = True
             self._abandon_read()
-            self.toolbox.spark.sparkContext.cancelJobGroup(self._publish_job_group)
+            if self.toolbox.spark is not None:  # a peon's task may be stopped before its Spark is up
+                self.toolbox.spark.sparkContext.cancelJobGroup(self._publish_job_group)
 
     def stop_gracefully(self) -> None:
         """Its process is going down and will restore it: stop reading, keep every persist and sequence, and end
@@ -479,8 +482,9 @@ class KafkaIndexTask:
                 return
             self._reading = True
             epoch = self._read_epoch
+        rollup = self._persist_rollup.next_persist_rolls_up()
         try:
-            result = pipeline.read_and_persist(ranges, directory)
+            result = pipeline.read_and_persist(ranges, directory, rollup)
             bucket_rows = pipeline.bucket_rows(directory, self.spec.ingestion.data_schema.granularity_spec
                                                .segment_granularity)
         except Exception:
@@ -498,6 +502,8 @@ class KafkaIndexTask:
                 shutil.rmtree(directory, ignore_errors=True)  # an abandoned read: never persisted, offsets unmoved
                 return
             self._persist_count += 1
+            self._persist_rollup.measured(rollup, result.stats.processed + result.stats.processed_with_error,
+                                          sum(bucket_rows.values()))
             self._sequences = sequences.add_persist(self._sequences, sequence_id, relative, bucket_rows)
             self.meters.add(result.stats)
             self._current.update({p: stop for p, (_, stop) in ranges.items()})

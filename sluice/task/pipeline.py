@@ -58,10 +58,12 @@ class IngestPipeline:
         )
 
     def typed_rows(self, raw: DataFrame) -> DataFrame:
-        """Raw records -> typed rows with `__unparseable`, `__thrown`, `__perr`, `__bytes` and `__sample`.
+        """Raw records -> typed rows: `__time`, the dimensions, the metric inputs (`__in_<metric>`), and the
+        flags `__unparseable`, `__thrown`, `__perr`, `__bytes` and `__sample`, nothing else.
 
         `__sample` ("partition=P offset=O: text") is built only for unparseable rows: built for every row,
-        its copy of the record text cost more than the rest of the parse.
+        its copy of the record text cost more than the rest of the parse. Only these columns go on: the row
+        counters are observed on them, and an observation copies every column its rows carry.
         """
         plan = self.plan
         parsed = raw.select(
@@ -86,18 +88,29 @@ class IngestPipeline:
             f"(`{raw_col}` IS NOT NULL AND {plan.typed_columns[out]} IS NULL)" for out, raw_col in plan.checked_inputs.items()
         ) or "FALSE"
         rows = rows.withColumns({"__thrown": F.expr(thrown), "__perr": F.expr(perr)})
-        return rows.withColumns({name: F.expr(sql) for name, sql in plan.typed_columns.items()})
+        rows = rows.withColumns({name: F.expr(sql) for name, sql in plan.typed_columns.items()})
+        return rows.select(*_columns(TIME, *plan.dimensions, *(f"__in_{m}" for m in plan.metrics)),
+                           "__unparseable", "__thrown", "__perr", "__bytes", "__sample")
 
-    def rolled_up(self, rows: DataFrame) -> DataFrame:
+    def rolled_up(self, rows: DataFrame, rollup: bool | None = None) -> DataFrame:
+        """The rows kept (parsed, not thrown away) at queryGranularity, rolled up unless `rollup` is False (then
+        each row keeps its own metric values, and the merge at publish rolls them up)."""
         plan = self.plan
         kept = rows.where("NOT __unparseable AND NOT __thrown").withColumn(TIME, F.expr(plan.query_granularity_sql))
-        if plan.rollup:
+        if plan.rollup and rollup is not False:
             return kept.groupBy(*_columns(TIME, *plan.dimensions)).agg(
                 *(F.expr(a) for a in plan.rollup_aggregations(False)))
         return kept.select(*_columns(TIME, *plan.dimensions), *(_column(f"__in_{m}").alias(m) for m in plan.metrics))
 
-    def read_and_persist(self, ranges: Mapping[int, tuple[int, int]], persist_dir: Path) -> PersistResult:
-        """One Spark job: the range is read once; the counters are observed while the rollup is written."""
+    def read_and_persist(self, ranges: Mapping[int, tuple[int, int]], persist_dir: Path,
+                         rollup: bool = True) -> PersistResult:
+        """One Spark job: the range is read once; the counters are observed while the rows are written.
+
+        `rollup=False` writes the kept rows as they are: when they hardly combine, rolling them up here is a
+        shuffle of every row for nothing, and the merge at publish rolls them up anyway. Persists are written
+        without Parquet dictionaries: they are read once or twice, and dictionary-encoding high-cardinality
+        strings cost more than the rest of the write.
+        """
         observation = Observation(f"rowStats-{uuid.uuid4().hex}")
         rows = self.typed_rows(self.read(ranges)).observe(
             observation,
@@ -108,7 +121,8 @@ class IngestPipeline:
             F.coalesce(F.sum("__bytes"), F.lit(0)).alias("processedBytes"),
             F.min("__sample").alias("sample"),
         )
-        self.rolled_up(rows).write.mode("overwrite").parquet(str(persist_dir))
+        (self.rolled_up(rows, rollup).write.mode("overwrite").option("parquet.enable.dictionary", "false")
+         .parquet(str(persist_dir)))
         metrics = observation.get
         stats = RowStats(
             processed=metrics["processed"],
@@ -143,7 +157,7 @@ class IngestPipeline:
         rows = self.spark.read.parquet(*(str(d) for d in persist_dirs)).withColumn("__bucket", bucket)
         # one shuffle: rows partitioned by bucket are already clustered for a rollup whose keys include it
         rows = rows.repartition("__bucket")
-        if plan.rollup and len(persist_dirs) > 1:  # one persist is rolled up already
+        if plan.rollup:  # persists may hold rows not rolled up, and rows of two persists may combine
             rows = rows.groupBy(F.col("__bucket"), *_columns(TIME, *plan.dimensions)).agg(
                 *(F.expr(a) for a in plan.rollup_aggregations(True)))
         (

@@ -31,7 +31,8 @@ class SequenceMetadata:
     checkpointed: bool = False
     #: the persist directories holding the rows read for it (relative to the task directory), in order
     persists: tuple[str, ...] = ()
-    #: rolled-up rows in its persists, per segment-granularity bucket (epoch millis): maxRowsPerSegment's measure
+    #: rows in its persists, per segment-granularity bucket (epoch millis): maxRowsPerSegment's measure. Rolled-up
+    #: rows, or nearly: a persist leaves rollup to the merge only when it would hardly shrink (rollup_policy.py)
     bucket_rows: Mapping[int, int] = field(default_factory=dict)
     #: its segments and its offsets are committed (by this task or by a replica)
     published: bool = False

@@ -66,9 +66,9 @@ def ingest(p: IngestPipeline, values: list[str | None]) -> list[dict]:
     return table(p.rolled_up(p.typed_rows(records(p.spark, values))))
 
 
-def persist(p: IngestPipeline, values: list[str | None], directory: Path) -> PersistResult:
+def persist(p: IngestPipeline, values: list[str | None], directory: Path, rollup: bool = True) -> PersistResult:
     p.read = lambda ranges: records(p.spark, values)
-    return p.read_and_persist({0: (0, len(values))}, directory)
+    return p.read_and_persist({0: (0, len(values))}, directory, rollup)
 
 
 def byte_length(values: list[str | None]) -> int:
@@ -373,6 +373,22 @@ def test_merge_combines_persists_count_sums_min_of_mins_max_of_maxes(spark, two_
         {"__time": ms("2024-01-01T01:10"), "page": "a", "count": 2, "sum": 10, "min": 2, "max": 8, "maxX": None},
         {"__time": ms("2024-01-01T02:00"), "page": "b", "count": 1, "sum": 4, "min": 4, "max": 4, "maxX": None},
     ]
+
+
+def test_persists_not_rolled_up_merge_into_the_same_segments(spark, two_persists, tmp_path):
+    """A persist may leave the rollup to the merge (when rows hardly combine): the segments are the same."""
+    p, dirs, _ = two_persists
+    raw = [tmp_path / "raw-0", tmp_path / "raw-1"]
+    persist(p, FIRST, raw[0], rollup=False)
+    persist(p, SECOND, raw[1], rollup=False)
+    assert spark.read.parquet(str(raw[0])).count() == 4  # every kept row of FIRST, none combined yet
+
+    def merged(directories: list[Path], staging: str) -> list[dict]:
+        files = p.merge(directories, parse_granularity("HOUR"), 100, tmp_path / staging)
+        return table(spark.read.parquet(*(str(f.path) for f in files)).drop("__bucket"))
+
+    assert merged(raw, "from-raw") == merged(dirs, "from-rolled-up")
+    assert merged([raw[0], dirs[1]], "mixed") == merged(dirs, "from-rolled-up-again")
 
 
 def test_each_segment_file_holds_one_bucket_only(spark, two_persists, tmp_path):
