@@ -6,22 +6,76 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sluice.emitter.config import EmitterConfig
 from sluice.server.roles import Role
 
+if TYPE_CHECKING:
+    from sluice.server.node import NodeConfig
+
+_ROLES = {
+    "start": ("run overlord and broker in one process, tasks as threads of it", Role.ALL_IN_ONE, 8888),
+    "overlord": ("run the overlord: supervisors, task queue, tasks on workers", Role.OVERLORD, 8090),
+    "worker": ("run a worker: tasks as peon processes", Role.WORKER, 8091),
+    "broker": ("run the broker: Druid SQL", Role.BROKER, 8082),
+}
+
 
 def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command in _ROLES:
+        from sluice.server.node import Node
+
+        try:
+            config = node_config(args)
+        except ValueError as error:
+            parser.error(str(error))
+        node = Node(config)
+        node.start()
+        print(f"Sluice {args.role.value} serves on http://{args.host}:{args.port} (Ctrl-C to stop)")
+        node.lifecycle.join()
+    else:
+        from sluice.dev.quickstart import run
+
+        run(args.work_dir, args.port, args.events, args.exit)
+
+
+def node_config(args: argparse.Namespace) -> NodeConfig:
+    """The NodeConfig a role's command line describes; raises ValueError for settings Druid would refuse."""
+    from sluice.overlord.supervisor.state_manager import SupervisorStateManagerConfig
+    from sluice.server.node import NodeConfig
+
+    overlord: dict[str, Any] = {}
+    if args.role in (Role.ALL_IN_ONE, Role.OVERLORD):
+        overlord["supervisor"] = SupervisorStateManagerConfig(
+            unhealthiness_threshold=args.supervisor_unhealthiness_threshold,
+            healthiness_threshold=args.supervisor_healthiness_threshold,
+            task_unhealthiness_threshold=args.supervisor_task_unhealthiness_threshold,
+            task_healthiness_threshold=args.supervisor_task_healthiness_threshold,
+            store_stack_trace=args.supervisor_store_stack_trace,
+            max_stored_exception_events=args.supervisor_max_stored_exception_events,
+            idle_config_enabled=args.supervisor_idle_config_enabled,
+            idle_config_inactive_after_millis=args.supervisor_idle_config_inactive_after_millis)
+        if args.indexer_queue_max_size is not None:
+            if args.indexer_queue_max_size < 1:
+                raise ValueError(f"druid.indexer.queue.maxSize must be at least 1, not {args.indexer_queue_max_size}")
+            overlord["queue_max_size"] = args.indexer_queue_max_size
+    return NodeConfig(host=args.host, port=args.port, work_dir=args.work_dir, metadata_uri=args.metadata_uri,
+                      deep_storage=args.deep_storage, spark_master=args.spark_master, role=args.role,
+                      capacity=getattr(args, "capacity", 2),
+                      worker_select_strategy=getattr(args, "worker_select_strategy", "equalDistribution"),
+                      max_query_rows=getattr(args, "max_query_rows", 100_000),
+                      query_memory_limit=getattr(args, "query_memory_limit", "4GB"),
+                      emitter=args.emitter, **overlord)
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sluice", description="Druid-compatible ingestion and SQL on Spark")
     commands = parser.add_subparsers(dest="command", required=True)
-
-    roles = {
-        "start": ("run overlord and broker in one process, tasks as threads of it", Role.ALL_IN_ONE, 8888),
-        "overlord": ("run the overlord: supervisors, task queue, tasks on workers", Role.OVERLORD, 8090),
-        "worker": ("run a worker: tasks as peon processes", Role.WORKER, 8091),
-        "broker": ("run the broker: Druid SQL", Role.BROKER, 8082),
-    }
-    for name, (description, role, port) in roles.items():
+    for name, (description, role, port) in _ROLES.items():
         command = commands.add_parser(name, help=description)
         command.set_defaults(role=role)
         command.add_argument("--host", default="127.0.0.1")
@@ -49,6 +103,8 @@ def main(argv: list[str] | None = None) -> None:
         if role is Role.OVERLORD:
             command.add_argument("--worker-select-strategy", default="equalDistribution",
                                  choices=["equalDistribution", "fillCapacity"])
+        if role in (Role.ALL_IN_ONE, Role.OVERLORD):
+            _add_overlord_options(command)
 
     quickstart = commands.add_parser("quickstart", help="dev broker + sample data + example spec + SQL")
     quickstart.add_argument("--work-dir", type=Path, default=Path("var"))
@@ -56,26 +112,37 @@ def main(argv: list[str] | None = None) -> None:
     quickstart.add_argument("--events", type=int, default=300_000)
     quickstart.add_argument("--exit", action="store_true", help="stop after printing the results")
     parser.add_argument("--log-level", default="WARNING")
+    return parser
 
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.command in roles:
-        from sluice.server.node import Node, NodeConfig
 
-        node = Node(NodeConfig(host=args.host, port=args.port, work_dir=args.work_dir, metadata_uri=args.metadata_uri,
-                               deep_storage=args.deep_storage, spark_master=args.spark_master, role=args.role,
-                               capacity=getattr(args, "capacity", 2),
-                               worker_select_strategy=getattr(args, "worker_select_strategy", "equalDistribution"),
-                               max_query_rows=getattr(args, "max_query_rows", 100_000),
-                               query_memory_limit=getattr(args, "query_memory_limit", "4GB"),
-                               emitter=args.emitter))
-        node.start()
-        print(f"Sluice {args.role.value} serves on http://{args.host}:{args.port} (Ctrl-C to stop)")
-        node.lifecycle.join()
-    else:
-        from sluice.dev.quickstart import run
-
-        run(args.work_dir, args.port, args.events, args.exit)
+def _add_overlord_options(command: argparse.ArgumentParser) -> None:
+    """Druid's druid.supervisor.* and druid.indexer.queue.maxSize, named after them."""
+    thresholds = {
+        "unhealthiness-threshold": ("unhealthinessThreshold",
+                                    "failed supervisor runs in a row that make a supervisor unhealthy"),
+        "healthiness-threshold": ("healthinessThreshold",
+                                  "successful runs in a row that make an unhealthy supervisor healthy again"),
+        "task-unhealthiness-threshold": ("taskUnhealthinessThreshold",
+                                         "failed tasks in a row that make a supervisor UNHEALTHY_TASKS"),
+        "task-healthiness-threshold": ("taskHealthinessThreshold",
+                                       "successful tasks in a row that make it healthy again"),
+    }
+    for option, (druid_name, meaning) in thresholds.items():
+        command.add_argument(f"--supervisor-{option}", type=int, default=3,
+                             help=f"druid.supervisor.{druid_name}: {meaning} (default: 3)")
+    command.add_argument("--supervisor-store-stack-trace", action="store_true",
+                         help="druid.supervisor.storeStackTrace: recentErrors carry whole stack traces")
+    command.add_argument("--supervisor-max-stored-exception-events", type=int,
+                         help="druid.supervisor.maxStoredExceptionEvents: recentErrors kept per supervisor "
+                              "(default: the larger of the two supervisor thresholds)")
+    command.add_argument("--supervisor-idle-config-enabled", action="store_true",
+                         help="druid.supervisor.idleConfig.enabled: supervisors whose spec has no idleConfig turn "
+                              "IDLE when their stream has no new data")
+    command.add_argument("--supervisor-idle-config-inactive-after-millis", type=int, default=600_000,
+                         help="druid.supervisor.idleConfig.inactiveAfterMillis (default: 600000)")
+    command.add_argument("--indexer-queue-max-size", type=int,
+                         help="druid.indexer.queue.maxSize: the most active tasks; more are refused with HTTP 429 "
+                              "(default: 2147483647)")
 
 
 if __name__ == "__main__":

@@ -40,3 +40,11 @@ STREAM = "stream"
 PARTITION = "partition"
 #: a native query's type (timeseries, groupBy, ...)
 TYPE = "type"
+#: a supervisor spec's context "tags", passed on to its metrics
+TAGS = "tags"
+#: a query's id (queryId, or sqlQueryId for SQL), the client's address, and "true"/"false"
+ID = "id"
+REMOTE_ADDRESS = "remoteAddress"
+SUCCESS = "success"
+#: the ids of the native queries a SQL query was planned into, printed as a list
+NATIVE_QUERY_IDS = "nativeQueryIds"

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry, Counter, Gauge, GCCollector, Histogram, PlatformCollector, ProcessCollector,
+)
 
 from sluice.emitter import metrics as m
 from sluice.emitter.core import ComposingEmitter, Emitter
@@ -109,12 +111,19 @@ class _Registered:
 
 
 class PrometheusEmitter(Emitter):
-    """Records metric events into `registry`, which `GET /metrics` serves (see sluice.server.api_metrics)."""
+    """Records metric events into `registry`, which `GET /metrics` serves (see sluice.server.api_metrics).
+
+    The registry also holds the Python process's own metrics (process_cpu_seconds_total, process_resident_memory_bytes,
+    open file descriptors, python_info, python_gc_*): what Druid's JVM monitors tell about a Java process.
+    """
 
     def __init__(self, namespace: str = "druid", metric_map: Mapping[str, MetricSpec] = DEFAULT_METRICS, *,
                  add_host_as_label: bool = False, add_service_as_label: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
         self._add_host = add_host_as_label
         self._add_service = add_service_as_label
         extra = [label for label, wanted in ((HOST_LABEL, add_host_as_label), (SERVICE_LABEL, add_service_as_label))

@@ -6,9 +6,11 @@ import logging
 import threading
 from typing import Any, Callable
 
+from sluice.emitter import ServiceEmitter
 from sluice.metadata.offsets import StreamOffsets
 from sluice.metadata.store import MetadataStore
 from sluice.overlord.supervisor.plan import SupervisorState
+from sluice.overlord.supervisor.state_manager import SupervisorStateManagerConfig
 from sluice.overlord.supervisor.stream_supervisor import StreamSupervisor
 from sluice.overlord.task_runner import TaskRunner
 from sluice.spec.supervisor import KafkaIOConfig, KafkaSupervisorSpec, parse_supervisor_spec
@@ -23,10 +25,14 @@ class SupervisorConflict(ValueError):
 
 class SupervisorManager:
     def __init__(self, metadata: MetadataStore, runner: TaskRunner,
-                 stream_factory: Callable[[KafkaIOConfig], KafkaStream]) -> None:
+                 stream_factory: Callable[[KafkaIOConfig], KafkaStream], emitter: ServiceEmitter,
+                 supervisor_config: SupervisorStateManagerConfig = SupervisorStateManagerConfig()) -> None:
+        """`emitter` takes the supervisors' lag metrics and alerts; `supervisor_config` is druid.supervisor.*."""
         self._metadata = metadata
         self._runner = runner
         self._stream_factory = stream_factory
+        self._emitter = emitter
+        self._supervisor_config = supervisor_config
         self._supervisors: dict[str, StreamSupervisor] = {}
         self._lock = threading.Lock()
 
@@ -59,7 +65,8 @@ class SupervisorManager:
         self._start(spec, state)
 
     def _start(self, spec: KafkaSupervisorSpec, state: SupervisorState | None = None) -> None:
-        supervisor = StreamSupervisor(spec, self._runner, self._metadata, self._stream_factory, state=state)
+        supervisor = StreamSupervisor(spec, self._runner, self._metadata, self._stream_factory, self._emitter,
+                                      self._supervisor_config, state=state)
         with self._lock:
             self._supervisors[spec.id] = supervisor
         supervisor.start()

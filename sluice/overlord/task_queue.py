@@ -25,9 +25,12 @@ from sluice.task.task import StatusListeners, TaskFailure, TaskSpec, TaskStatus,
 
 log = logging.getLogger(__name__)
 
+#: Druid's default druid.indexer.queue.maxSize (Integer.MAX_VALUE)
+MAX_SIZE = 2**31 - 1
+
 
 class QueueFull(Exception):
-    pass
+    """The queue holds druid.indexer.queue.maxSize active tasks already (Druid's CAPACITY_EXCEEDED, HTTP 429)."""
 
 
 def lock_task(spec: TaskSpec) -> LockTask:
@@ -58,7 +61,8 @@ class Runner(Protocol):
 
 class TaskQueue(StatusListeners):
     def __init__(self, metadata: MetadataStore, runner: Runner, emitter: ServiceEmitter,
-                 max_size: int = 2**31 - 1, period: float = 1.0) -> None:
+                 max_size: int = MAX_SIZE, period: float = 1.0) -> None:
+        """`max_size` is druid.indexer.queue.maxSize: the most active (waiting, pending or running) tasks."""
         super().__init__()
         self._metadata = metadata
         self._emitter = emitter
@@ -102,7 +106,8 @@ class TaskQueue(StatusListeners):
     def add(self, spec: TaskSpec) -> None:
         with self._lock:
             if len(self._tasks) >= self._max_size:
-                raise QueueFull(f"Too many tasks (max = {self._max_size})")
+                raise QueueFull(f"Too many tasks are in the queue (Limit = {self._max_size}), (Current active tasks = "
+                                f"{len(self._tasks)}). Retry later or increase the druid.indexer.queue.maxSize")
             self._metadata.insert_task(spec.id, spec.data_source, spec.type, spec.group_id, spec.to_json(),
                                        TaskStatus(spec.id, "RUNNING").to_json())
             self.lockbox.add(lock_task(spec))

@@ -3,7 +3,8 @@ endpoints of the broker (`/druid/v2/datasources…`) and the coordinator (`/drui
 `/druid/coordinator/v1/metadata/datasources…`).
 
 The broker and coordinator views are the broker's visible segments (what the timeline serves: overshadowed
-segments are not there); the metadata views are the used segments in the metadata store.
+segments are not there); the metadata views are the used segments in the metadata store. Every native query
+emits Druid's query/time and query/bytes.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from sluice.broker.native_metadata import (
 )
 from sluice.broker.native_time import QueryInterval, add_period, parse_interval
 from sluice.broker.errors import SqlError
+from sluice.emitter import NoopEmitter, ServiceEmitter, metrics
 from sluice.metadata.store import MetadataStore
 from sluice.segment.segment import DataSegment
 
@@ -60,13 +62,29 @@ def _sorted(segments: list[DataSegment]) -> list[DataSegment]:
     return sorted(segments, key=lambda s: s.id)
 
 
-def native_router(broker: Broker, metadata: MetadataStore) -> APIRouter:
+def query_dimensions(payload: Any) -> dict[str, Any]:
+    """Druid's dataSource and type dimensions of a native query, from its JSON as written (a table's name, or for
+    other data sources their names printed as Java prints a list)."""
+    if not isinstance(payload, dict):
+        return {metrics.DATASOURCE: None, metrics.TYPE: None}
+    source = payload.get("dataSource")
+    if isinstance(source, dict):
+        names = source.get("dataSources") if isinstance(source.get("dataSources"), list) else None
+        source = source.get("name") if names is None else f"[{', '.join(map(str, names))}]"
+    return {metrics.DATASOURCE: source if isinstance(source, str) else None,
+            metrics.TYPE: payload.get("queryType") if isinstance(payload.get("queryType"), str) else None}
+
+
+def native_router(broker: Broker, metadata: MetadataStore,
+                  emitter: ServiceEmitter = ServiceEmitter("druid/broker", "", NoopEmitter())) -> APIRouter:
+    """`emitter` takes each native query's query/time and query/bytes."""
     router = APIRouter()
     runner = NativeQueryRunner(broker)
 
     @router.post("/druid/v2")
     @router.post("/druid/v2/")
     async def native_query(request: Request) -> Response:
+        started = time.monotonic()
         try:
             payload = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -76,12 +94,18 @@ def native_router(broker: Broker, metadata: MetadataStore) -> APIRouter:
         headers = {"X-Druid-Query-Id": str(query_id or uuid.uuid4())}
         try:
             result = await run_in_threadpool(runner.run, payload, headers["X-Druid-Query-Id"])
+            response = _json(result, pretty="pretty" in request.query_params, headers=headers)
         except SqlError as error:
-            return _json(error.to_json(), error.status, headers=headers)
+            response = _json(error.to_json(), error.status, headers=headers)
         except Exception as error:  # a failure of Sluice, not of the query
             log.exception("native query %s failed", headers["X-Druid-Query-Id"])
-            return _error(500, "Unknown exception", str(error), type(error).__name__, headers)
-        return _json(result, pretty="pretty" in request.query_params, headers=headers)
+            response = _error(500, "Unknown exception", str(error), type(error).__name__, headers)
+        dimensions = {**query_dimensions(payload), metrics.ID: headers["X-Druid-Query-Id"],
+                      metrics.REMOTE_ADDRESS: request.client.host if request.client else None,
+                      metrics.SUCCESS: str(response.status_code == 200).lower()}
+        emitter.metric(metrics.QUERY_TIME, (time.monotonic() - started) * 1000, **dimensions)
+        emitter.metric(metrics.QUERY_BYTES, len(response.body), **dimensions)
+        return response
 
     @router.delete("/druid/v2/{query_id}")
     def cancel(query_id: str) -> Response:

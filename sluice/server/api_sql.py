@@ -1,8 +1,13 @@
-"""Druid's SQL API: POST /druid/v2/sql, and DELETE /druid/v2/sql/{sqlQueryId} to cancel a running query."""
+"""Druid's SQL API: POST /druid/v2/sql, and DELETE /druid/v2/sql/{sqlQueryId} to cancel a running query.
+
+Every query emits Druid's sqlQuery/time and sqlQuery/bytes. Druid's broker also emits query/time for the native
+queries it plans a SQL query into; Sluice runs SQL directly, so there are none (nativeQueryIds is "[]").
+"""
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from typing import Any
 from urllib.parse import unquote_plus
@@ -10,10 +15,15 @@ from urllib.parse import unquote_plus
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
 
 from sluice.broker.broker import Broker
+from sluice.broker.functions import DruidDialect
 from sluice.broker.results import RESULT_FORMATS, render
 from sluice.broker.sql import QueryContext, SqlError
+from sluice.broker.system_tables import DRUID_SCHEMA
+from sluice.emitter import NoopEmitter, ServiceEmitter, metrics
 
 _QUERY_ID_HEADER = "X-Druid-SQL-Query-Id"
 
@@ -23,12 +33,39 @@ def _bad_request(message: str) -> JSONResponse:
                          "errorClass": "org.apache.druid.error.DruidException", "host": None}, status_code=400)
 
 
-def sql_router(broker: Broker) -> APIRouter:
+def data_sources_dimension(query: str) -> str:
+    """Druid's dataSource dimension of a SQL query: the data sources it reads, printed as Java prints a set
+    (`[wikipedia]`, `[a, b]`); `[]` for a query that does not parse."""
+    try:
+        statement = DruidDialect().parse(query)[0]
+    except (SqlglotError, IndexError):
+        return "[]"
+    if statement is None:
+        return "[]"
+    ctes = {cte.alias for cte in statement.find_all(exp.CTE)}
+    names = {table.name for table in statement.find_all(exp.Table)
+             if table.db in ("", DRUID_SCHEMA) and table.name not in ctes}
+    return f"[{', '.join(sorted(names))}]"
+
+
+def sql_router(broker: Broker, emitter: ServiceEmitter = ServiceEmitter("druid/broker", "", NoopEmitter())
+               ) -> APIRouter:
+    """`emitter` takes each query's sqlQuery/time and sqlQuery/bytes."""
     router = APIRouter()
+
+    def emit(query: str, query_id: str, request: Request, started: float, response: Response) -> Response:
+        dimensions = {metrics.ID: query_id, metrics.NATIVE_QUERY_IDS: "[]",
+                      metrics.DATASOURCE: data_sources_dimension(query),
+                      metrics.REMOTE_ADDRESS: request.client.host if request.client else None,
+                      metrics.SUCCESS: str(response.status_code == 200).lower()}
+        emitter.metric(metrics.SQL_QUERY_TIME, (time.monotonic() - started) * 1000, **dimensions)
+        emitter.metric(metrics.SQL_QUERY_BYTES, len(response.body), **dimensions)
+        return response
 
     @router.post("/druid/v2/sql")
     @router.post("/druid/v2/sql/")
     async def sql(request: Request) -> Response:
+        started = time.monotonic()
         body = await request.body()
         content_type = request.headers.get("content-type", "application/json").split(";")[0].strip()
         if content_type == "text/plain":
@@ -59,10 +96,12 @@ def sql_router(broker: Broker) -> APIRouter:
                                          bool(payload.get("sqlTypesHeader")),
                                          stringify_arrays=QueryContext.parse(context).stringify_arrays)
         except SqlError as error:
-            return JSONResponse(error.to_json(), status_code=error.status, headers=headers)
+            failed = JSONResponse(error.to_json(), status_code=error.status, headers=headers)
+            return emit(payload["query"], query_id, request, started, failed)
         if header:
             headers["X-Druid-SQL-Header-Included"] = "yes"
-        return Response(content, media_type=media_type, headers=headers)
+        return emit(payload["query"], query_id, request, started, Response(content, media_type=media_type,
+                                                                           headers=headers))
 
     @router.delete("/druid/v2/sql/{query_id}")
     def cancel(query_id: str) -> Response:

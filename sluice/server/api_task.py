@@ -57,8 +57,10 @@ def task_router(metadata: MetadataStore, queue: TaskQueue, supervisors: Supervis
             return JSONResponse({"error": str(error)}, status_code=400)
         except EntryExistsError as error:
             return JSONResponse({"error": str(error)}, status_code=400)
-        except QueueFull as error:
-            return JSONResponse({"error": str(error)}, status_code=429)
+        except QueueFull as error:  # Druid's DruidException (ADMIN, CAPACITY_EXCEEDED) as its ErrorResponse
+            return JSONResponse({"error": "druidException", "errorCode": "general", "persona": "ADMIN",
+                                 "category": "CAPACITY_EXCEEDED", "errorMessage": str(error), "context": {}},
+                                status_code=429)
         return {"task": spec.id}
 
     @router.get("/tasks")

@@ -26,9 +26,10 @@ from sluice.lifecycle import Lifecycle, Stage
 from sluice.metadata.offsets import StreamOffsets
 from sluice.metadata.store import MetadataStore
 from sluice.overlord.remote_task_runner import HttpRemoteTaskRunner
+from sluice.overlord.supervisor.state_manager import SupervisorStateManagerConfig
 from sluice.overlord.supervisor_manager import SupervisorManager
 from sluice.overlord.task_actions import TaskActionToolbox
-from sluice.overlord.task_queue import TaskQueue
+from sluice.overlord.task_queue import MAX_SIZE, TaskQueue
 from sluice.segment.deep_storage import DeepStorage
 from sluice.server.api_chat import chat_router
 from sluice.server.api_metrics import metrics_router
@@ -79,6 +80,10 @@ class NodeConfig:
     max_query_rows: int = 100_000
     #: where metrics go; Prometheus by default, so every role serves GET /metrics
     emitter: EmitterConfig = EmitterConfig(type="prometheus")
+    #: the overlord's druid.supervisor.* settings (health thresholds, recentErrors, idleConfig defaults)
+    supervisor: SupervisorStateManagerConfig = SupervisorStateManagerConfig()
+    #: druid.indexer.queue.maxSize: the most active tasks the overlord's queue holds; more are refused (429)
+    queue_max_size: int = MAX_SIZE
 
     @property
     def resolved_metadata_uri(self) -> str:
@@ -171,7 +176,7 @@ class Node:
         self.task_runner.stop()
 
     def _start_queue(self) -> None:
-        self.task_queue = TaskQueue(self.metadata, self.task_runner, self.emitter)
+        self.task_queue = TaskQueue(self.metadata, self.task_runner, self.emitter, self.config.queue_max_size)
         # tasks restored from storage may act before the supervisors start: a checkpoint finds none until then
         self.task_actions = TaskActionToolbox(self.task_queue.lockbox, self.metadata, self.task_queue.lock_holder,
                                               self._checkpoint)
@@ -185,7 +190,8 @@ class Node:
         self.task_queue.stop()
 
     def _start_supervisors(self) -> None:
-        self.supervisors = SupervisorManager(self.metadata, self.task_queue, self.stream_factory)
+        self.supervisors = SupervisorManager(self.metadata, self.task_queue, self.stream_factory, self.emitter,
+                                             self.config.supervisor)
         self.supervisors.start()
         workers = self.task_runner.workers if isinstance(self.task_runner, HttpRemoteTaskRunner) else list
         self.app.include_router(supervisor_router(self.supervisors))
@@ -222,8 +228,8 @@ class Node:
             self.broker = Broker(self.metadata, self.deep_storage, self.config.work_dir / "segment-cache", engine,
                                  realtime=overlord.realtime_views, supervisors=overlord.supervisor_statuses,
                                  tasks=overlord.task_statuses)
-        self.app.include_router(sql_router(self.broker))
-        self.app.include_router(native_router(self.broker, self.metadata))
+        self.app.include_router(sql_router(self.broker, self.emitter))
+        self.app.include_router(native_router(self.broker, self.metadata, self.emitter))
 
     def _thread_task_views(self) -> list[RealtimeView]:
         """What this node's reading tasks have persisted (Druid's realtime queries)."""

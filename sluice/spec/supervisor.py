@@ -37,6 +37,22 @@ class JsonInputFormat(SpecModel):
     keep_null_columns: bool = False
 
 
+class IdleConfig(SpecModel):
+    """Druid's ioConfig.idleConfig: with `enabled`, a supervisor whose stream got no new data for
+    `inactiveAfterMillis` (null: druid.supervisor.idleConfig.inactiveAfterMillis) and that has read everything turns
+    IDLE and starts no new tasks until data arrives."""
+
+    enabled: bool = False
+    inactive_after_millis: int | None = None
+
+    @field_validator("inactive_after_millis")
+    @classmethod
+    def _positive(cls, value: int | None) -> int | None:
+        if value is not None and value <= 0:
+            raise ValueError("inactiveAfterMillis should be a postive number")  # sic, Druid's message
+        return value
+
+
 class KafkaIOConfig(PeriodField):
     type: Literal["kafka"] = "kafka"
     topic: str = Field(min_length=1)
@@ -56,6 +72,7 @@ class KafkaIOConfig(PeriodField):
     late_message_rejection_period: timedelta | None = None
     #: rows newer than the task's creation time plus taskDuration plus this period are thrown away
     early_message_rejection_period: timedelta | None = None
+    idle_config: IdleConfig | None = None
 
     @field_validator("late_message_rejection_start_date_time", mode="before")
     @classmethod

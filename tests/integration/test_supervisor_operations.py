@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 
 from sluice.dev.sample_data import generate, produce
@@ -29,8 +31,12 @@ def test_suspend_publishes_and_resume_continues_without_gap_or_duplicate(node, h
     assert suspended.status_code == 200 and suspended.json()["suspended"] is True
     again = http.post(f"/druid/indexer/v1/supervisor/{ds}/suspend")
     assert again.status_code == 400 and again.json() == {"error": f"[{ds}] is already suspended"}
-    status = http.get(f"/druid/indexer/v1/supervisor/{ds}/status").json()["payload"]
-    assert (status["state"], status["suspended"], status["activeTasks"]) == ("SUSPENDED", True, [])
+    def status() -> dict:
+        return http.get(f"/druid/indexer/v1/supervisor/{ds}/status").json()["payload"]
+
+    # as in Druid, the re-submitted spec's supervisor is PENDING until its first run, then SUSPENDED
+    wait_for(lambda: status()["state"] == "SUSPENDED", 30, "the suspended supervisor's first run")
+    assert (status()["suspended"], status()["activeTasks"]) == (True, [])
     assert http.get(f"/druid/indexer/v1/supervisor/{ds}/health").json() == {"healthy": True}
     published = wait_for(lambda: sum(committed_offsets(node, ds).values()), 120, "the suspended group's publish")
 
@@ -78,6 +84,35 @@ def test_reset_offsets_moves_the_start_and_a_hard_reset_starts_over_at_latest(no
     new_end = produce(kafka_broker.bootstrap_servers, topic, more, 1)
     wait_for(lambda: committed_offsets(node, ds) == new_end, 120, "the new events")
     assert sql(http, f'SELECT SUM("count") AS n FROM {ds}') == [{"n": valid(records[6_000:]) + valid(more)}]
+
+
+def test_an_idle_supervisor_starts_no_tasks_until_new_data_arrives(node, http, kafka_broker):
+    topic, ds = "ops-idle", "ops_idle"
+    kafka_broker.create_topic(topic, 1)
+    records = generate(4_000, seed=25)
+    first_end = produce(kafka_broker.bootstrap_servers, topic, records[:2_000], 1)
+    spec = supervisor_spec(ds, topic, kafka_broker.bootstrap_servers, taskCount=1, taskDuration="PT5S",
+                           idleConfig={"enabled": True, "inactiveAfterMillis": 3_000})
+    assert http.post("/druid/indexer/v1/supervisor", json=spec).status_code == 200
+
+    def status() -> dict:
+        return http.get(f"/druid/indexer/v1/supervisor/{ds}/status").json()["payload"]
+
+    def running_tasks() -> list:
+        return http.get("/druid/indexer/v1/tasks", params={"state": "running", "datasource": ds}).json()
+
+    wait_for(lambda: committed_offsets(node, ds) == first_end, 120, "the first events committed")
+    wait_for(lambda: (status()["state"], status()["detailedState"]) == ("IDLE", "IDLE"), 60, "the supervisor idle")
+    wait_for(lambda: not running_tasks(), 60, "the last group to publish and finish")
+    time.sleep(4)  # four more runs of the idle supervisor
+    assert not running_tasks() and status()["state"] == "IDLE"  # no group was started while idle
+    lag = f'druid_ingest_kafka_lag{{dataSource="{ds}",stream="{ds}"}} 0.0'
+    assert lag in http.get("/metrics").text.splitlines()  # lag is reported while idle, as in Druid
+
+    end_offsets = produce(kafka_broker.bootstrap_servers, topic, records[2_000:], 1)
+    wait_for(lambda: committed_offsets(node, ds) == end_offsets, 120, "the new events read by a new group")
+    assert sql(http, f'SELECT SUM("count") AS n FROM {ds}') == [{"n": valid(records)}]
+    http.post(f"/druid/indexer/v1/supervisor/{ds}/terminate")
 
 
 def test_an_update_mid_ingestion_hands_over_at_the_same_offsets(node, http, kafka_broker):

@@ -307,6 +307,16 @@ def test_metrics_endpoint_serves_the_prometheus_emitter_inside_a_composing_one()
     assert 'druid_sqlquery_bytes_total{dataSource="wiki"} 2048.0' in response.text.splitlines()
 
 
+def test_metrics_endpoint_serves_the_python_process_metrics_too() -> None:
+    """What Druid's JVM monitors tell about a Java process: CPU, memory, file descriptors, the runtime, its GC."""
+    lines = _get_metrics(ServiceEmitter("druid/overlord", "h", PrometheusEmitter())).text.splitlines()
+    values = {line.split(" ")[0]: float(line.split(" ")[1]) for line in lines if not line.startswith("#")}
+    assert values["process_cpu_seconds_total"] > 0 and values["process_resident_memory_bytes"] > 0
+    assert values["process_open_fds"] > 0
+    assert any(name.startswith("python_info{") for name in values)
+    assert any(name.startswith("python_gc_collections_total{") for name in values)
+
+
 def test_metrics_endpoint_answers_openmetrics_to_a_scraper_that_asks_for_it() -> None:
     response = _get_metrics(CollectorRegistry(), accept="application/openmetrics-text; version=1.0.0")
     assert response.headers["content-type"].startswith("application/openmetrics-text; version=1.0.0")

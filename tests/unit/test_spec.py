@@ -415,6 +415,10 @@ INVALID = [
      "spec.tuningConfig.intermediateHandoffPeriod", "soon"),
     ("type", "kinesis",
      "type", "supervisor type 'kinesis' is not supported"),
+    ("spec.ioConfig.idleConfig", {"enabled": True, "inactiveAfterMillis": 0},
+     "spec.ioConfig.idleConfig.inactiveAfterMillis", "inactiveAfterMillis should be a postive number"),
+    ("spec.ioConfig.idleConfig", {"enabled": True, "inactiveAfter": 1000},
+     "spec.ioConfig.idleConfig.inactiveAfter", DOES_NOT_SUPPORT),
 ]
 
 
@@ -650,3 +654,18 @@ def test_message_rejection_settings_serialize_as_druid_does_and_round_trip():
 def test_reset_offset_automatically_is_off_unless_asked(tuning, expected):
     payload = MINIMAL if tuning is None else changed(MINIMAL, "spec.tuningConfig", tuning)
     assert parse_supervisor_spec(copy.deepcopy(payload)).spec.tuning_config.reset_offset_automatically is expected
+
+
+@pytest.mark.parametrize("idle, expected", [
+    (None, None),
+    ({"enabled": True}, (True, None)),  # inactiveAfterMillis: the overlord's druid.supervisor.idleConfig default
+    ({"enabled": True, "inactiveAfterMillis": 30_000}, (True, 30_000)),
+    ({"inactiveAfterMillis": 30_000}, (False, 30_000)),
+])
+def test_idle_config_is_read_with_druids_names_and_round_trips(idle, expected):
+    spec = parse_supervisor_spec(MINIMAL if idle is None else with_io(idleConfig=idle))
+    read = spec.spec.io_config.idle_config
+    assert (None if read is None else (read.enabled, read.inactive_after_millis)) == expected
+    assert parse_supervisor_spec(json.loads(json.dumps(spec.to_json()))) == spec
+    if idle is not None:
+        assert spec.to_json()["ioConfig"]["idleConfig"] == {"enabled": expected[0], "inactiveAfterMillis": expected[1]}

@@ -6,8 +6,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from sluice.overlord.supervisor.plan import (
-    NOT_SET, DiscoveredTask, EndGroup, KillTask, Observation, PlanConfig, RecordStartingOffsets, ResetStoredOffsets,
-    StartTask, SupervisorState, add_checkpoint, adopt, checkpoint_refusal, end_group, plan,
+    NOT_SET, DiscoveredTask, EndGroup, KillTask, LagStats, Observation, PlanConfig, RecordStartingOffsets,
+    ResetStoredOffsets, StartTask, SupervisorState, add_checkpoint, adopt, checkpoint_refusal, end_group, plan,
+    record_lag,
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -283,3 +284,80 @@ def test_a_group_created_again_at_the_same_offsets_never_reuses_a_sequence_name(
     again = plan(SupervisorState(), observe(now=T0 + timedelta(hours=1), partitions=(0,), initial={0: 0}), config).state
     assert first.active[0].starting_offsets == again.active[0].starting_offsets
     assert first.active[0].base_sequence_name != again.active[0].base_sequence_name
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# idleConfig and lag
+
+IDLE = PlanConfig("wiki", task_count=1, replicas=1, task_duration=timedelta(minutes=10),
+                  completion_timeout=timedelta(minutes=5), idle_after=timedelta(minutes=1))
+
+
+def one_partition(seconds: float, latest: int, current: int | None = None, statuses=None, stored=None) -> Observation:
+    """Partition 0 of a stream holding `latest` events; its reading replicas are at `current`."""
+    return Observation(T0 + timedelta(seconds=seconds), [0], stored or {}, {} if stored else {0: 0},
+                       statuses or {}, {0: 0}, {0: latest}, current_offsets={} if current is None else {0: current})
+
+
+def test_idle_once_read_to_the_end_and_nothing_new_then_running_again_when_data_arrives():
+    decided = plan(SupervisorState(), one_partition(0, latest=100), IDLE)
+    assert (decided.idle, decided.actions) == (False, [RecordStartingOffsets({0: 0}), StartTask(0)])
+    state = started(decided.state, {0: "a"})
+
+    decided = plan(state, one_partition(30, latest=100, current=100, statuses={"a": "RUNNING"}), IDLE)
+    assert (decided.idle, decided.actions) == (False, [])  # quiet for 30s only
+    decided = plan(decided.state, one_partition(61, latest=100, current=100, statuses={"a": "RUNNING"}), IDLE)
+    assert (decided.idle, decided.actions) == (True, [])  # the reading group reads on until taskDuration
+
+    decided = plan(decided.state, one_partition(600, latest=100, current=100, statuses={"a": "RUNNING"}), IDLE)
+    assert (decided.idle, decided.actions) == (True, [EndGroup(0)])
+    state = end_group(decided.state, 0, {0: 100}, T0 + timedelta(minutes=15))
+    decided = plan(state, one_partition(660, latest=100, statuses={"a": "RUNNING"}), IDLE)
+    assert (decided.idle, decided.actions, decided.state.active) == (True, [], {})  # no next group while idle
+
+    decided = plan(decided.state, one_partition(720, latest=150, statuses={"a": "SUCCESS"}, stored={0: 100}), IDLE)
+    assert (decided.idle, decided.actions) == (False, [StartTask(0)])
+    assert decided.state.active[0].starting_offsets == {0: 100}  # exactly where the idle group ended
+
+
+@pytest.mark.parametrize("current, statuses, stored", [
+    (90, {"a": "RUNNING"}, None),  # its replica is still behind the stream's end
+    (None, {"a": "FAILED"}, {0: 40}),  # its group failed: only what is committed counts as read
+])
+def test_a_partition_not_read_to_the_end_keeps_the_supervisor_running_however_quiet_the_stream(current, statuses,
+                                                                                             stored):
+    state = started(plan(SupervisorState(), one_partition(0, latest=100), IDLE).state, {0: "a"})
+    decided = plan(state, one_partition(3600, latest=100, current=current, statuses=statuses, stored=stored), IDLE)
+    assert decided.idle is False
+
+
+@pytest.mark.parametrize("config", [
+    PlanConfig(**{**IDLE.__dict__, "idle_after": None}),
+    PlanConfig(**{**IDLE.__dict__, "suspended": True}),
+], ids=["idleConfig off", "suspended"])
+def test_never_idle_without_idle_config_or_while_suspended(config):
+    state = SupervisorState()  # with IDLE's config, the same runs make it idle at 3600s
+    for seconds in (0, 3600, 7200):
+        decided = plan(state, one_partition(seconds, latest=100, current=100), config)
+        state = decided.state
+        assert decided.idle is False
+
+
+def test_lag_is_the_latest_offset_minus_how_far_each_partition_is_read():
+    config = PlanConfig(**{**CONFIG.__dict__, "task_count": 4})
+    state = started(plan(SupervisorState(), observe(stored={p: 10 for p in range(4)}), config).state,
+                    {0: "a", 1: "b", 2: "c", 3: "d"})
+    state = end_group(state, 3, {3: 70}, T0 + timedelta(hours=1))
+    del state.active[2]  # its task failed: partition 2 is read as far as it is committed
+    obs = replace(observe(stored={p: 10 for p in range(4)}), latest_offsets={0: 100, 1: 100, 2: 100, 3: 100, 4: 9},
+                  current_offsets={0: 60})
+    assert record_lag(state, obs) == {0: 40, 1: 90, 2: 90, 3: 30}  # 1: no answer yet, read from its start
+
+
+@pytest.mark.parametrize("lags, expected", [
+    ({0: 40, 1: 90, 2: 0}, LagStats(130, 90, 43)),
+    ({}, LagStats(0, 0, 0)),
+    ({0: -3, 1: 0}, LagStats(-3, 0, -1)),  # latest offsets older than the tasks' (Java truncates -1.5 to -1)
+])
+def test_lag_stats_are_druids(lags, expected):
+    assert LagStats.of(lags) == expected

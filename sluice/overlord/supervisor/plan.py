@@ -58,6 +58,10 @@ class SupervisorState:
     partition_offsets: dict[int, int] = field(default_factory=dict)
     #: the generation the next created group gets
     next_generation: int = 0
+    #: the stream's latest offsets when they last changed, and when that was seen (Druid's
+    #: previousSequencesFromStream and lastActiveTimeMillis): how long the stream has had no new data
+    previous_latest_offsets: dict[int, int] = field(default_factory=dict)
+    last_active: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,9 @@ class PlanConfig:
     #: start a partition over (earliest or latest) when its offset is gone from the stream, with an alert
     reset_offset_automatically: bool = False
     use_earliest_offset: bool = False
+    #: idleConfig: a stream that has had no new data for this long, and is read to its end, makes the supervisor
+    #: IDLE; None: never
+    idle_after: timedelta | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,8 @@ class Observation:
     latest_offsets: dict[int, int] = field(default_factory=dict)
     #: when tasks of groups that had not started yet began reading, for those whose start is known
     task_start_times: dict[str, datetime] = field(default_factory=dict)
+    #: the furthest offset any reading replica has reached, per partition, for those that answered
+    current_offsets: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -153,6 +162,9 @@ class Plan:
     errors: list[str]
     #: what keeps the supervisor from reading some partitions; a run with any counts as failed
     blocked: list[str] = field(default_factory=list)
+    #: the stream is read to its end and got nothing new for idleConfig's inactiveAfterMillis: no group is created
+    #: (the reading ones end at taskDuration and publish) until new data arrives
+    idle: bool = False
 
 
 def group_of(partition: int, task_count: int) -> int:
@@ -167,12 +179,15 @@ def plan(current: SupervisorState, obs: Observation, config: PlanConfig) -> Plan
     _update_partitions(state, obs)
     _check_pending_completion(state, obs, actions, errors)
     _check_active_groups(state, obs, actions, errors)
+    idle = False
     if config.suspended:
         actions += [EndGroup(group_id) for group_id in state.active]
     else:
         _check_task_duration(state, obs, config, actions)
-        _create_groups(state, obs, config, actions, errors, blocked)
-    return Plan(state, actions, errors, blocked)
+        idle = _check_idle(state, obs, config)
+        if not idle:
+            _create_groups(state, obs, config, actions, errors, blocked)
+    return Plan(state, actions, errors, blocked, idle)
 
 
 def _update_partitions(state: SupervisorState, obs: Observation) -> None:
@@ -245,6 +260,55 @@ def _check_task_duration(state: SupervisorState, obs: Observation, config: PlanC
         expired = group.started is not None and obs.now >= group.started + config.task_duration
         if expired or set(group.starting_offsets) != assigned.get(group_id):
             actions.append(EndGroup(group_id))
+
+
+def _check_idle(state: SupervisorState, obs: Observation, config: PlanConfig) -> bool:
+    """Druid's checkIfStreamInactiveAndTurnSupervisorIdle, by the rule its docs give: idle once the latest offsets
+    have not moved for longer than idleConfig's inactiveAfterMillis and every partition is read up to them. (Its
+    code restarts the wait after every run that still found unread data, so a slow catch-up delays IDLE by another
+    inactiveAfterMillis.)"""
+    if config.idle_after is None:
+        return False
+    if state.last_active is None or obs.latest_offsets != state.previous_latest_offsets:
+        state.previous_latest_offsets = dict(obs.latest_offsets)
+        state.last_active = obs.now
+        return False
+    read = _read_offsets(state, obs)
+    caught_up = all(read.get(p, NOT_SET) >= latest for p, latest in obs.latest_offsets.items())
+    return caught_up and obs.now - state.last_active > config.idle_after
+
+
+def _read_offsets(state: SupervisorState, obs: Observation) -> dict[int, int]:
+    """How far each partition is read: the furthest offset its reading replicas reached (their group's start while
+    none has answered); for a partition no group reads, where the next group will start (the end of a publishing
+    group, or what is committed). Partitions with none of these are left out."""
+    read = {p: o for p in obs.partitions
+            if (o := max(state.partition_offsets.get(p, NOT_SET), obs.stored_offsets.get(p, NOT_SET))) != NOT_SET}
+    for group in state.active.values():
+        for partition, start in group.starting_offsets.items():
+            read[partition] = max(start, obs.current_offsets.get(partition, start))
+    return read
+
+
+def record_lag(state: SupervisorState, obs: Observation) -> dict[int, int]:
+    """Druid's record lag per partition: the stream's latest offset minus how far the partition is read."""
+    read = _read_offsets(state, obs)
+    return {p: latest - read[p] for p, latest in sorted(obs.latest_offsets.items()) if p in read}
+
+
+@dataclass(frozen=True)
+class LagStats:
+    """Druid's LagStats over the partitions' lags: their sum, the largest (at least 0) and the mean, truncated to a
+    whole number as Java's long division does."""
+
+    total: int
+    max: int
+    avg: int
+
+    @classmethod
+    def of(cls, partition_lags: dict[int, int]) -> LagStats:
+        total = sum(partition_lags.values())
+        return cls(total, max([0, *partition_lags.values()]), int(total / len(partition_lags)) if partition_lags else 0)
 
 
 def _create_groups(state: SupervisorState, obs: Observation, config: PlanConfig, actions: list[Action],

@@ -13,16 +13,22 @@ import logging
 import queue
 import threading
 import time
+import traceback
 from collections import deque
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import Any, Callable, TypeVar
 
+from sluice.emitter import ServiceEmitter, metrics
 from sluice.metadata.offsets import StreamOffsets
 from sluice.metadata.store import MetadataStore
 from sluice.overlord.supervisor.plan import (
-    NOT_SET, DiscoveredTask, EndGroup, KillTask, Observation, PlanConfig, RecordStartingOffsets, ResetStoredOffsets,
-    StartTask, SupervisorState, TaskGroup, add_checkpoint, adopt, checkpoint_refusal, end_group, plan,
+    NOT_SET, DiscoveredTask, EndGroup, KillTask, LagStats, Observation, PlanConfig, RecordStartingOffsets,
+    ResetStoredOffsets, StartTask, SupervisorState, TaskGroup, add_checkpoint, adopt, checkpoint_refusal, end_group,
+    plan, record_lag,
+)
+from sluice.overlord.supervisor.state_manager import (
+    ExceptionEvent, State, SupervisorStateManager, SupervisorStateManagerConfig,
 )
 from sluice.overlord.task_runner import TaskRunner
 from sluice.timestamps import format_timestamp
@@ -34,10 +40,10 @@ from sluice.task.task import TaskFailure, TaskStatus
 
 log = logging.getLogger(__name__)
 
-#: Druid's druid.supervisor.* defaults
-UNHEALTHINESS_THRESHOLD = 3
-TASK_UNHEALTHINESS_THRESHOLD = 3
-MAX_STORED_EXCEPTION_EVENTS = 10
+#: Druid's alert when the supervisor starts partitions over because their stored offsets are gone from the stream
+OFFSETS_RESET_ALERT = "Offsets were reset automatically, potential data duplication or loss"
+#: lag is emitted in these states and unhealthy ones, as in Druid (not while a first run is under way)
+_LAG_STATES = {State.RUNNING, State.IDLE}
 #: how long a starting supervisor waits for a previous overlord's tasks to be located before killing them
 DISCOVERY_TIMEOUT = 30.0
 
@@ -51,38 +57,39 @@ class SupervisorStopped(RuntimeError):
 
 class StreamSupervisor:
     def __init__(self, spec: KafkaSupervisorSpec, runner: TaskRunner, metadata: MetadataStore,
-                 stream_factory: Callable[[KafkaIOConfig], KafkaStream],
+                 stream_factory: Callable[[KafkaIOConfig], KafkaStream], emitter: ServiceEmitter,
+                 supervisor_config: SupervisorStateManagerConfig = SupervisorStateManagerConfig(),
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
                  state: SupervisorState | None = None) -> None:
         """`state` is a previous supervisor's final state: an updated spec takes over its publishing groups
-        and continues from the offsets they end at."""
+        and continues from the offsets they end at. `supervisor_config` holds the overlord's druid.supervisor.*
+        settings."""
         self.spec = spec
         io = spec.spec.io_config
         self.config = PlanConfig(spec.id, io.task_count, io.replicas, io.task_duration, io.completion_timeout,
                                  spec.suspended, spec.spec.tuning_config.reset_offset_automatically,
-                                 io.use_earliest_offset)
+                                 io.use_earliest_offset, supervisor_config.idle_after(io.idle_config))
         self.state = state or SupervisorState()
         self._runner = runner
         self._metadata = metadata
         self._stream_factory = stream_factory
+        self._emitter = emitter
+        self._store_stack_trace = supervisor_config.store_stack_trace
         self._clock = clock
         self._notices: queue.Queue[str | tuple[Callable[[], Any], Future]] = queue.Queue()
         self._run_queued = threading.Event()
         self._thread = threading.Thread(target=self._handle_notices, name=f"supervisor-{spec.id}", daemon=True)
         self._stream: KafkaStream | None = None
         # what the status report shows, refreshed by every run
-        self._runs = 0
-        self._discovering = False
+        self._state_manager = SupervisorStateManager(supervisor_config, spec.suspended)
         self._stopping = False
         self._latest_offsets: dict[int, int] = {}
         self._offsets_updated: datetime | None = None
-        self._stream_connected_once = False
-        self._stream_error: str | None = None
-        self._failed_runs = 0
-        self._task_outcomes: deque[str] = deque(maxlen=TASK_UNHEALTHINESS_THRESHOLD)
+        #: SUCCESS or FAILED of this supervisor's tasks as the runner reports them (on its thread), counted by the
+        #: state manager at the next run (on the notice thread)
+        self._task_outcomes: deque[str] = deque()
         self._killed: set[str] = set()
         self._parse_errors: list[ParseExceptionReport] = []
-        self.recent_errors: deque[dict[str, Any]] = deque(maxlen=MAX_STORED_EXCEPTION_EVENTS)
 
     # ---- lifecycle ----
 
@@ -246,46 +253,62 @@ class StreamSupervisor:
     # ---- one RunNotice ----
 
     def _run_once(self) -> None:
+        """One RunNotice, telling the state manager which step it reached (Druid's runInternal)."""
+        states = self._state_manager
+        while self._task_outcomes:
+            states.record_completed_task_state(self._task_outcomes.popleft() == "SUCCESS")
+        observation = None
+        finished = True
         try:
-            self._discovering = not self._discover_tasks()
-            if self._discovering:
-                return  # adopted tasks must be in the groups before their statuses are observed
-            try:
-                observation = self._observe()
-            except StreamError as error:
-                self._stream_error = str(error)
-                self._record_error("StreamException", str(error), stream=True)
+            states.maybe_set_state(State.CONNECTING_TO_STREAM)
+            partitions, latest, earliest, stored = self._observe_stream()
+            states.maybe_set_state(State.DISCOVERING_INITIAL_TASKS)
+            if not self._discover_tasks():
+                finished = False  # adopted tasks must be in the groups before their statuses are observed
                 return
+            observation = self._observe(partitions, latest, earliest, stored)
             decided = plan(self.state, observation, self.config)
             self.state = decided.state
             for message in decided.errors:
-                self._record_error("TaskFailure", message)
+                self._record_error("TaskFailure", message, fails_run=False)
             for message in decided.blocked:
                 self._record_error("StreamException", message, stream=True)
+            if decided.idle:
+                states.maybe_set_state(State.IDLE)
+            elif states.state is State.IDLE:
+                states.maybe_set_state(State.RUNNING)
+            if not decided.idle and not self.spec.suspended:
+                states.maybe_set_state(State.CREATING_TASKS)
             for action in decided.actions:
                 self._execute(action)
-            self._failed_runs = self._failed_runs + 1 if decided.blocked else 0
+        except StreamError as error:
+            self._record_error("StreamException", str(error), stream=True, trace=traceback.format_exc())
         except Exception as error:  # the supervisor keeps running; UNHEALTHY_SUPERVISOR after a few of these
             log.exception("supervisor %s run failed", self.spec.id)
-            self._failed_runs += 1
-            self._record_error(type(error).__name__, str(error))
+            self._record_error(type(error).__name__, str(error), trace=traceback.format_exc())
         finally:
-            self._runs += 1
+            if finished:
+                states.mark_run_finished()
+                if observation is not None:
+                    self._emit_lag(observation)
 
-    def _observe(self) -> Observation:
+    def _observe_stream(self) -> tuple[list[int], dict[int, int], dict[int, int], dict[int, int]]:
+        """CONNECTING_TO_STREAM: the stream's partitions, latest and earliest offsets, and the committed offsets."""
         io = self.spec.spec.io_config
         if self._stream is None:
             self._stream = self._stream_factory(io)
         partitions = self._stream.partitions()
         latest = self._stream.latest_offsets(partitions)
-        self._stream_connected_once, self._stream_error = True, None
         self._latest_offsets, self._offsets_updated = latest, self._clock()
         stored = self._metadata.get_stream_offsets(self.spec.id)
         if stored is not None and stored.stream != io.topic:
             raise StreamError(f"the metadata store has offsets of stream [{stored.stream}], not [{io.topic}]; "
                               f"reset the supervisor to start over")
-        stored_offsets = stored.offsets if stored else {}
-        earliest = self._stream.earliest_offsets(partitions)
+        return partitions, latest, self._stream.earliest_offsets(partitions), stored.offsets if stored else {}
+
+    def _observe(self, partitions: list[int], latest: dict[int, int], earliest: dict[int, int],
+                 stored_offsets: dict[int, int]) -> Observation:
+        io = self.spec.spec.io_config
         from_earliest = io.use_earliest_offset or bool(self.state.partition_offsets)  # a partition added later
         initial = {p: (earliest if from_earliest else latest)[p] for p in partitions if p not in stored_offsets}
         task_ids = {t for g in self.state.active.values() for t in g.task_ids}
@@ -294,19 +317,52 @@ class StreamSupervisor:
         not_started = [t for g in self.state.active.values() if g.started is None for t in g.task_ids]
         starts = {t: started for t in not_started
                   if (client := self._runner.client(t)) is not None and (started := client.start_time()) is not None}
-        return Observation(self._clock(), partitions, stored_offsets, initial, statuses, earliest, latest, starts)
+        current: dict[int, int] = {}
+        for task_id in (t for g in self.state.active.values() for t in g.task_ids):
+            if (client := self._runner.client(task_id)) is not None and (offsets := client.current_offsets()):
+                for partition, offset in offsets.items():
+                    current[partition] = max(offset, current.get(partition, offset))
+        return Observation(self._clock(), partitions, stored_offsets, initial, statuses, earliest, latest, starts,
+                           current)
+
+    def _emit_lag(self, observation: Observation) -> None:
+        """Druid's ingest/kafka/lag, maxLag, avgLag and partitionLag, from this run's latest offsets minus how far the
+        partitions are read."""
+        state = self._state_manager.state
+        if self.spec.suspended or (state not in _LAG_STATES and state.healthy):
+            return
+        lags = record_lag(self.state, observation)
+        if not lags:
+            return
+        dimensions: dict[str, Any] = {metrics.DATASOURCE: self.spec.id, metrics.STREAM: self.spec.spec.io_config.topic}
+        if (tags := (self.spec.context or {}).get(metrics.TAGS)) is not None:
+            dimensions[metrics.TAGS] = tags
+        for partition, lag in lags.items():
+            self._emitter.metric(metrics.INGEST_KAFKA_PARTITION_LAG, lag,
+                                 **dimensions, **{metrics.PARTITION: partition})
+        stats = LagStats.of(lags)
+        self._emitter.metric(metrics.INGEST_KAFKA_LAG, stats.total, **dimensions)
+        self._emitter.metric(metrics.INGEST_KAFKA_MAX_LAG, stats.max, **dimensions)
+        self._emitter.metric(metrics.INGEST_KAFKA_AVG_LAG, stats.avg, **dimensions)
 
     def _execute(self, action: Any) -> None:
         io = self.spec.spec.io_config
         if isinstance(action, (RecordStartingOffsets, ResetStoredOffsets)):
             self._metadata.reset_stream_offsets(self.spec.id, StreamOffsets(io.topic, action.offsets))
+            if isinstance(action, ResetStoredOffsets):
+                self._emitter.alert(OFFSETS_RESET_ALERT, dataSource=self.spec.id, stream=io.topic,
+                                    partitions=sorted(action.offsets), offsets=_str_keys(action.offsets))
         elif isinstance(action, StartTask):
             group = self.state.active[action.group_id]
             task = KafkaIndexTaskSpec(new_task_id(self.spec.id, group.base_sequence_name), group.group_id,
                                       group.base_sequence_name, self.spec.spec, dict(group.starting_offsets),
                                       created=group.created, checkpoints=dict(group.checkpoint_sequences))
             group.task_ids.add(task.id)
-            self._runner.run(task)
+            try:
+                self._runner.run(task)
+            except Exception:  # not queued (a full queue): the group does not wait for a task that never ran
+                group.task_ids.discard(task.id)
+                raise
         elif isinstance(action, KillTask):
             self._killed.add(action.task_id)
             self._runner.shutdown(action.task_id, action.reason)
@@ -356,7 +412,8 @@ class StreamSupervisor:
             self._killed.add(task_id)
             self._runner.shutdown(task_id, "could not be paused to set its end offsets")
         if not offsets:
-            self._record_error("TaskFailure", f"task group {group.group_id}: no replica could be paused; restarting it")
+            self._record_error("TaskFailure", f"task group {group.group_id}: no replica could be paused; restarting it",
+                               fails_run=False)
             return None
         end = {p: max(o[p] for o in offsets.values()) for p in group.starting_offsets}
         took = set()
@@ -369,7 +426,8 @@ class StreamSupervisor:
                 self._runner.shutdown(task_id, f"could not set its end offsets: {failure}")
         if not took:
             self._record_error("TaskFailure",
-                               f"task group {group.group_id}: no replica took its end offsets; restarting it")
+                               f"task group {group.group_id}: no replica took its end offsets; restarting it",
+                               fails_run=False)
             return None
         return end, took
 
@@ -381,31 +439,25 @@ class StreamSupervisor:
                 log.exception("supervisor %s: ending task group %d failed", self.spec.id, group_id)
                 self._record_error(type(error).__name__, str(error))
 
-    def _record_error(self, kind: str, message: str, stream: bool = False) -> None:
+    def _record_error(self, kind: str, message: str, stream: bool = False, fails_run: bool = True,
+                      trace: str | None = None) -> None:
+        """Into recentErrors (with the stack trace under druid.supervisor.storeStackTrace); `fails_run` counts this
+        run as failed towards the unhealthiness threshold."""
         log.warning("supervisor %s: %s", self.spec.id, message)
-        self.recent_errors.append({"timestamp": format_timestamp(self._clock()), "exceptionClass": kind,
-                                   "message": message, "streamException": stream})
+        event = ExceptionEvent(self._clock(), kind, trace if trace and self._store_stack_trace else message, stream)
+        if fails_run:
+            self._state_manager.record_throwable_event(event)
+        else:
+            self._state_manager.record_event(event)
 
     # ---- reporting ----
 
     def health(self) -> tuple[str, str]:
         """(state, detailedState) as in Druid's supervisor state table."""
         if self._stopping:
-            return "STOPPING", "STOPPING"
-        if self.spec.suspended:
-            return "SUSPENDED", "SUSPENDED"
-        if self._stream_error is not None:
-            detailed = "LOST_CONTACT_WITH_STREAM" if self._stream_connected_once else "UNABLE_TO_CONNECT_TO_STREAM"
-            return "UNHEALTHY_SUPERVISOR", detailed
-        if self._failed_runs >= UNHEALTHINESS_THRESHOLD:
-            return "UNHEALTHY_SUPERVISOR", "UNHEALTHY_SUPERVISOR"
-        if len(self._task_outcomes) == TASK_UNHEALTHINESS_THRESHOLD and set(self._task_outcomes) == {"FAILED"}:
-            return "UNHEALTHY_TASKS", "UNHEALTHY_TASKS"
-        if self._discovering:
-            return "PENDING", "DISCOVERING_INITIAL_TASKS"
-        if self._runs == 0:
-            return "PENDING", "PENDING"
-        return "RUNNING", "RUNNING"
+            return State.STOPPING.value, State.STOPPING.value
+        detailed = self._state_manager.state
+        return detailed.basic.value, detailed.value
 
     @property
     def healthy(self) -> bool:
@@ -436,7 +488,7 @@ class StreamSupervisor:
             "healthy": not state.startswith("UNHEALTHY"),
             "state": state,
             "detailedState": detailed,
-            "recentErrors": list(self.recent_errors),
+            "recentErrors": [event.to_json() for event in self._state_manager.exception_events],
         }
         return {"id": self.spec.id, "generationTime": format_timestamp(now), "payload": payload}
 

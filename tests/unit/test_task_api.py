@@ -1,0 +1,114 @@
+"""Druid's task API on the overlord's TaskQueue: request in -> status and body out (no workers, no Spark)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from sluice.cli import build_parser, node_config
+from sluice.emitter import NoopEmitter, ServiceEmitter
+from sluice.metadata.store import MetadataStore
+from sluice.overlord.task_queue import TaskQueue
+from sluice.server.api_task import task_router
+from sluice.task.task import TaskSpec, TaskStatus
+
+
+class IdleRunner:
+    """A runner that is never handed anything in these tests: the queue's management loop does not run."""
+
+    restores_tasks = False
+
+    def run(self, spec: TaskSpec) -> None: ...
+    def status(self, task_id: str) -> TaskStatus | None: return None
+    def runner_status(self, task_id: str) -> str: return "PENDING"
+    def location(self, task_id: str) -> tuple[str, int] | None: return None
+    def client(self, task_id: str) -> Any: return None
+    def shutdown(self, task_id: str, reason: str) -> None: ...
+    def add_listener(self, listener: Callable[[TaskStatus], None]) -> None: ...
+
+
+@pytest.fixture
+def metadata(tmp_path: Path) -> Iterator[MetadataStore]:
+    store = MetadataStore(f"sqlite:///{tmp_path / 'metadata.db'}")
+    store.create_tables()
+    yield store
+    store.close()
+
+
+def client(metadata: MetadataStore, max_size: int = 2**31 - 1) -> tuple[TestClient, TaskQueue]:
+    queue = TaskQueue(metadata, IdleRunner(), ServiceEmitter("druid/overlord", "", NoopEmitter()), max_size)
+    app = FastAPI()
+    app.include_router(task_router(metadata, queue, None, "http://127.0.0.1:8090", list))  # type: ignore[arg-type]
+    return TestClient(app), queue
+
+
+def noop(task_id: str) -> dict[str, Any]:
+    return {"type": "noop", "id": task_id, "dataSource": "wiki", "runTime": 10}
+
+
+def test_get_task_answers_the_task_id_and_its_payload_as_druid_does(metadata):
+    http, _ = client(metadata)
+    assert http.post("/druid/indexer/v1/task", json=noop("noop_1")).json() == {"task": "noop_1"}
+    response = http.get("/druid/indexer/v1/task/noop_1")
+    assert response.status_code == 200
+    assert response.json() == {"task": "noop_1", "payload": {
+        "type": "noop", "id": "noop_1", "groupId": "noop_1", "dataSource": "wiki", "runTime": 10, "fail": False,
+        "context": {"priority": 0}}}
+    missing = http.get("/druid/indexer/v1/task/nope")
+    assert (missing.status_code, missing.json()) == (404, {"error": "Can't find task for id [nope]"})
+
+
+def test_a_full_queue_refuses_a_task_with_druids_capacity_error_and_stores_nothing(metadata):
+    http, queue = client(metadata, max_size=2)
+    for task_id in ("noop_1", "noop_2"):
+        assert http.post("/druid/indexer/v1/task", json=noop(task_id)).status_code == 200
+    refused = http.post("/druid/indexer/v1/task", json=noop("noop_3"))
+    assert refused.status_code == 429
+    assert refused.json() == {
+        "error": "druidException", "errorCode": "general", "persona": "ADMIN", "category": "CAPACITY_EXCEEDED",
+        "errorMessage": "Too many tasks are in the queue (Limit = 2), (Current active tasks = 2). Retry later or "
+                        "increase the druid.indexer.queue.maxSize",
+        "context": {}}
+    assert http.get("/druid/indexer/v1/task/noop_3").status_code == 404
+
+    assert queue.shutdown("noop_1", "make room")  # a task that completes leaves room for the next
+    assert http.post("/druid/indexer/v1/task", json=noop("noop_3")).json() == {"task": "noop_3"}
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["start"], (2**31 - 1, 3, 3, 3, 3, 3, False, False, 600_000)),
+    (["overlord", "--indexer-queue-max-size", "50", "--supervisor-unhealthiness-threshold", "5",
+      "--supervisor-healthiness-threshold", "2", "--supervisor-task-unhealthiness-threshold", "4",
+      "--supervisor-task-healthiness-threshold", "6", "--supervisor-max-stored-exception-events", "10",
+      "--supervisor-store-stack-trace", "--supervisor-idle-config-enabled",
+      "--supervisor-idle-config-inactive-after-millis", "5000"],
+     (50, 5, 2, 4, 6, 10, True, True, 5000)),
+])
+def test_the_overlords_druid_settings_reach_the_node_config(argv, expected):
+    config = node_config(build_parser().parse_args(argv))
+    supervisor = config.supervisor
+    assert (config.queue_max_size, supervisor.unhealthiness_threshold, supervisor.healthiness_threshold,
+            supervisor.task_unhealthiness_threshold, supervisor.task_healthiness_threshold,
+            supervisor.stored_exception_events, supervisor.store_stack_trace, supervisor.idle_config_enabled,
+            supervisor.idle_config_inactive_after_millis) == expected
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["overlord", "--indexer-queue-max-size", "0"], "druid.indexer.queue.maxSize must be at least 1, not 0"),
+    (["start", "--supervisor-unhealthiness-threshold", "5", "--supervisor-max-stored-exception-events", "3"],
+     "maxStoredExceptionEvents must be >= to max(healthinessThreshold, unhealthinessThreshold)"),
+])
+def test_settings_druid_refuses_are_refused_at_the_command_line(argv, message):
+    with pytest.raises(ValueError) as error:
+        node_config(build_parser().parse_args(argv))
+    assert str(error.value) == message
+
+
+def test_only_the_overlord_roles_take_overlord_settings():
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["broker", "--indexer-queue-max-size", "5"])
