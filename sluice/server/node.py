@@ -10,6 +10,7 @@ serves (`/status/health` turns true).
 from __future__ import annotations
 
 import logging
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -152,10 +153,15 @@ class Node:
     # ---- overlord ----
 
     def _start_thread_runner(self) -> None:
-        from sluice.task import kafka_source, spark_session  # Spark starts here, not at import
+        from sluice.task import kafka_source, pipeline, spark_session  # Spark starts here, not at import
 
         self.spark = spark_session.get_or_create(self.config.spark_master)
         kafka_source.register(self.spark)
+        warm = self.config.work_dir / "warm-up"
+        try:
+            pipeline.warm_up(self.spark, warm)
+        finally:
+            shutil.rmtree(warm, ignore_errors=True)
 
         def toolbox(task_id: str, task_dir: Path) -> TaskToolbox:
             return TaskToolbox(self.spark, self.metadata, self.deep_storage, task_dir, self.stream_factory,

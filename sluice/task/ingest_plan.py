@@ -82,6 +82,10 @@ def _epoch_millis(instant: datetime) -> int:
 @dataclass(frozen=True)
 class IngestPlan:
     json_schema_ddl: str
+    #: the column from_json fills with a malformed record's text; only when a record with none of the fields still
+    #: makes a row (timestampSpec.missingValue): otherwise malformed JSON, which parses to no fields, has no
+    #: timestamp and is unparseable anyway, and Spark's parse is cheaper without the column
+    corrupt_column: str | None
     #: (column, sql) for the timestamp, evaluated over the raw JSON fields
     time_sql: str
     transforms: dict[str, str]
@@ -115,7 +119,8 @@ def compile_plan(schema: DataSchema) -> IngestPlan:
     referenced |= filter_.columns() if filter_ else set()
     # `__time` in an expression means the row timestamp, not a JSON field (unless it is the timestamp column)
     json_fields = ((referenced - set(transforms)) | transform_inputs) - {TIME} | {schema.timestamp_spec.column}
-    ddl = ", ".join(f"{q(name)} STRING" for name in sorted(json_fields)) + f", {q(CORRUPT_COLUMN)} STRING"
+    corrupt = CORRUPT_COLUMN if schema.timestamp_spec.missing_value is not None else None
+    ddl = ", ".join([*(f"{q(name)} STRING" for name in sorted(json_fields)), *([f"{q(corrupt)} STRING"] if corrupt else [])])
 
     typed = {d.name: f"CAST({q(d.name)} AS {_DIMENSION_SQL_TYPE[d.type]})" for d in dimensions}
     checked = {d.name: d.name for d in dimensions if d.type != "string"}
@@ -126,6 +131,7 @@ def compile_plan(schema: DataSchema) -> IngestPlan:
 
     return IngestPlan(
         json_schema_ddl=ddl,
+        corrupt_column=corrupt,
         time_sql=timestamp_sql(schema.timestamp_spec),
         transforms={
             name: f"timestamp_millis(CAST({t.sql} AS BIGINT))" if name == TIME else t.sql for name, t in transforms.items()

@@ -410,7 +410,7 @@ class KafkaIndexTask:
 
         io = self.spec.ingestion.io_config
         pipeline = IngestPipeline(self.toolbox.spark, compile_plan(self.spec.ingestion.data_schema),
-                                  io.topic, io.consumer_properties, self.spec.message_window)
+                                  io.topic, io.consumer_properties, list(self.spec.start_offsets), self.spec.message_window)
         publisher = threading.Thread(target=self._publish_loop, args=(SequencePublisher(self, pipeline),),
                                      name=f"{self.spec.id}-publish", daemon=True)
         publisher.start()

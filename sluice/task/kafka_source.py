@@ -14,6 +14,18 @@ bounded read of ``[start, end)`` per partition and gets exactly those records ba
 
 Each InputPartition is one slice of one Kafka partition; executors read it with confluent-kafka and
 yield Arrow batches that match :data:`SCHEMA` exactly (Spark 4.3 rejects any mismatch).
+
+A task reads many ranges of the same partitions, one Spark job each. Building and analysing a new
+DataFrame per job costs more than reading a small range, so the ranges can instead be the job's::
+
+    df = (spark.read.format("sluice_kafka").option("topic", "wikipedia")
+          .option("consumerProperties", ...).option("partitions", "0,2")
+          .option("rangesProperty", JOB_RANGES).load())           # built and analysed once
+    spark.sparkContext.setLocalProperty(JOB_RANGES, json.dumps({"0": [0, 5000]}))
+    df.write...                                                     # this job reads [0, 5000) of partition 0
+
+One input partition per listed Kafka partition; each reads the range the job's local property (set in the
+thread that starts the job, carried by Spark with every task of it) gives it, or nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +45,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "JOB_RANGES",
     "SCHEMA",
     "SOURCE_NAME",
     "KafkaRangeDataSource",
@@ -54,6 +67,9 @@ SCHEMA = StructType(
     ]
 )
 
+#: the local property a job's ranges are in, for a reader built with the ``rangesProperty`` option
+JOB_RANGES = "sluice.kafka.ranges"
+
 #: records fetched per ``consume`` call, and so rows per yielded Arrow batch
 BATCH_RECORDS = 20_000
 #: how long a read may go without receiving a record before it gives up
@@ -68,6 +84,22 @@ class OffsetRange(InputPartition):
     partition: int
     start: int
     end: int
+
+
+@dataclass(frozen=True)
+class JobRange(InputPartition):
+    """One Kafka partition whose range each job gives in its local property ``ranges_property``."""
+
+    partition: int
+    ranges_property: str
+
+    def offset_range(self) -> OffsetRange | None:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        text = context.getLocalProperty(self.ranges_property) if context is not None else None
+        bounds = parse_ranges(text).get(self.partition) if text else None
+        return OffsetRange(self.partition, *bounds) if bounds else None
 
 
 def split_ranges(ranges: Mapping[int, tuple[int, int]], max_records: int | None = None) -> list[OffsetRange]:
@@ -202,25 +234,34 @@ class _KafkaRangeReader(DataSourceReader):
         self.consumer_properties: dict[str, Any] = json.loads(required("consumerProperties"))
         if not isinstance(self.consumer_properties, dict):
             raise ValueError('option "consumerProperties" must be a JSON object')
-        self.ranges = parse_ranges(required("ranges"))
+        self.ranges_property = options.get("rangesProperty")
+        if self.ranges_property:
+            self.job_partitions = [int(p) for p in required("partitions").split(",")]
+        else:
+            self.ranges = parse_ranges(required("ranges"))
         max_records = options.get("maxRecordsPerSplit")
         self.max_records = int(max_records) if max_records else None
         read_timeout_ms = options.get("readTimeoutMs")
         self.read_timeout = int(read_timeout_ms) / 1000 if read_timeout_ms else DEFAULT_READ_TIMEOUT_S
 
-    def partitions(self) -> list[OffsetRange]:
+    def partitions(self) -> list[InputPartition]:
+        if self.ranges_property:
+            return [JobRange(p, self.ranges_property) for p in self.job_partitions]
         return split_ranges(self.ranges, self.max_records)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, OffsetRange):
+        if isinstance(partition, JobRange):
+            partition = partition.offset_range()
+        if not isinstance(partition, OffsetRange) or partition.start >= partition.end:
             # Spark replaces an empty plan with one placeholder InputPartition(None): nothing to read.
             return iter(())
         return read_offset_range(self.topic, self.consumer_properties, partition, self.read_timeout)
 
 
 class KafkaRangeDataSource(DataSource):
-    """Options: ``topic``, ``consumerProperties`` (JSON), ``ranges`` (JSON), optional
-    ``maxRecordsPerSplit`` and ``readTimeoutMs`` (default 30000)."""
+    """Options: ``topic``, ``consumerProperties`` (JSON), and ``ranges`` (JSON) or ``partitions`` (comma-separated)
+    with ``rangesProperty`` (the local property each job's ranges are in); optional ``maxRecordsPerSplit`` (with
+    ``ranges``) and ``readTimeoutMs`` (default 30000)."""
 
     @classmethod
     def name(cls) -> str:

@@ -11,7 +11,7 @@ import json
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,7 +21,8 @@ from pyspark.sql import functions as F
 
 from sluice.spec.expressions import quote_identifier
 from sluice.spec.granularity import Granularity
-from sluice.task.ingest_plan import CORRUPT_COLUMN, TIME, IngestPlan, MessageWindow
+from sluice.task.ingest_plan import TIME, IngestPlan, MessageWindow
+from sluice.task.kafka_source import JOB_RANGES, SOURCE_NAME
 from sluice.task.stats import RowStats
 
 
@@ -40,22 +41,31 @@ class SegmentFile:
 
 
 class IngestPipeline:
-    """One data source's ingestion pass on a shared SparkSession."""
+    """One task's ingestion on a shared SparkSession: many read jobs over the same partitions, then merges."""
 
     def __init__(self, spark: SparkSession, plan: IngestPlan, topic: str, consumer_properties: Mapping[str, object],
-                 window: MessageWindow = MessageWindow()):
+                 partitions: Sequence[int], window: MessageWindow = MessageWindow()):
         self.spark = spark
         self.plan = plan
         #: the task's message rejection window; rows outside it are thrownAway like rows the filter drops
         self.window = window
-        self.source_options = {"topic": topic, "consumerProperties": json.dumps(dict(consumer_properties))}
+        self._source_options = {"topic": topic, "consumerProperties": json.dumps(dict(consumer_properties)),
+                                "partitions": ",".join(str(p) for p in sorted(partitions)),
+                                "rangesProperty": JOB_RANGES}
+        self._source: DataFrame | None = None
+        self._typed: tuple[DataFrame, DataFrame] | None = None  # (raw records, their typed rows)
 
     def read(self, ranges: Mapping[int, tuple[int, int]]) -> DataFrame:
-        return (
-            self.spark.read.format("sluice_kafka")
-            .options(**self.source_options, ranges=json.dumps({str(p): list(r) for p, r in ranges.items()}))
-            .load()
-        )
+        """The records of `ranges`, for the next Spark job this thread starts.
+
+        Always the same DataFrame, built and analysed once: the ranges travel with the job, as a local property
+        of the calling thread (kafka_source's `rangesProperty`). Building and analysing the read, parse and
+        rollup anew took longer than a job over a few thousand records.
+        """
+        self.spark.sparkContext.setLocalProperty(JOB_RANGES, json.dumps({str(p): list(r) for p, r in ranges.items()}))
+        if self._source is None:
+            self._source = self.spark.read.format(SOURCE_NAME).options(**self._source_options).load()
+        return self._source
 
     def typed_rows(self, raw: DataFrame) -> DataFrame:
         """Raw records -> typed rows: `__time`, the dimensions, the metric inputs (`__in_<metric>`), and the
@@ -72,10 +82,11 @@ class IngestPipeline:
             F.col("value").alias("__value"),
             F.coalesce(F.octet_length("value"), F.lit(0)).cast("bigint").alias("__bytes"),
             F.from_json(F.col("value").cast("string"), plan.json_schema_ddl,
-                        {"columnNameOfCorruptRecord": CORRUPT_COLUMN}).alias("__r"),
+                        {"columnNameOfCorruptRecord": plan.corrupt_column} if plan.corrupt_column else {}).alias("__r"),
         ).select("__partition", "__offset", "__value", "__bytes", F.col("__r").isNull().alias("__null_record"), "__r.*")
+        corrupt = f"`{plan.corrupt_column}` IS NOT NULL OR " if plan.corrupt_column else ""
         rows = parsed.withColumn(TIME, F.expr(plan.time_sql)).withColumn(
-            "__unparseable", F.expr(f"__null_record OR `{CORRUPT_COLUMN}` IS NOT NULL OR `{TIME}` IS NULL"))
+            "__unparseable", F.expr(f"__null_record OR {corrupt}`{TIME}` IS NULL"))
         rows = rows.withColumn("__sample", F.when(F.col("__unparseable"), F.concat(
             F.lit("partition="), "__partition", F.lit(" offset="), "__offset", F.lit(": "),
             F.substring(F.col("__value").cast("string"), 1, 300))))
@@ -111,8 +122,11 @@ class IngestPipeline:
         without Parquet dictionaries: they are read once or twice, and dictionary-encoding high-cardinality
         strings cost more than the rest of the write.
         """
+        raw = self.read(ranges)
+        if self._typed is None or self._typed[0] is not raw:
+            self._typed = (raw, self.typed_rows(raw))
         observation = Observation(f"rowStats-{uuid.uuid4().hex}")
-        rows = self.typed_rows(self.read(ranges)).observe(
+        rows = self._typed[1].observe(
             observation,
             F.count_if(F.expr("__unparseable")).alias("unparseable"),
             F.count_if(F.expr("NOT __unparseable AND __thrown")).alias("thrownAway"),
@@ -180,3 +194,30 @@ def _column(name: str) -> Column:
 
 def _columns(*names: str) -> list[Column]:
     return [_column(name) for name in names]
+
+
+def warm_up(spark: SparkSession, work_dir: Path) -> None:
+    """Run a small persist and merge once, so that the first read of the first task is not the one that starts
+    Spark's Python workers and compiles its code: a cold first job took ten times a warm one."""
+    from sluice.spec.data_schema import DataSchema
+    from sluice.spec.granularity import parse_granularity
+    from sluice.task.ingest_plan import compile_plan
+    from sluice.task.kafka_source import SCHEMA
+
+    schema = DataSchema.model_validate({
+        "dataSource": "warm_up", "timestampSpec": {"column": "time", "format": "iso"},
+        "dimensionsSpec": {"dimensions": ["page", "flag"]},
+        "metricsSpec": [{"type": "count", "name": "count"}, {"type": "longSum", "name": "added", "fieldName": "added"}],
+        "granularitySpec": {"segmentGranularity": "HOUR", "queryGranularity": "MINUTE"}})
+    values = [json.dumps({"time": f"2024-01-01T00:{i % 60:02d}:00Z", "page": f"p{i % 7}", "flag": i % 2 == 0,
+                          "added": i}).encode() for i in range(200)] + [b"not json"]
+    records = spark.createDataFrame([(0, offset, None, value) for offset, value in enumerate(values)], SCHEMA)
+    pipeline = IngestPipeline(spark, compile_plan(schema), "warm_up", {"bootstrap.servers": "unused:9092"}, [0])
+    pipeline.read = lambda ranges: records  # type: ignore[method-assign]
+    for rollup in (True, False):
+        pipeline.read_and_persist({0: (0, len(values))}, work_dir / f"persist-{rollup}", rollup)
+    pipeline.merge([work_dir / "persist-True", work_dir / "persist-False"], parse_granularity("HOUR"), 1000,
+                   work_dir / "staging")
+    # and the Kafka source's own Python workers (planning and reading), with a job that has no range to read
+    spark.sparkContext.setLocalProperty(JOB_RANGES, None)
+    spark.read.format(SOURCE_NAME).options(**pipeline._source_options).load().write.format("noop").mode("overwrite").save()

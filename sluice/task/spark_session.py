@@ -55,6 +55,8 @@ def get_or_create(master: str = "local[*]", app_name: str = "sluice") -> SparkSe
         .config("spark.ui.retainedStages", "50")
         .config("spark.sql.ui.retainedExecutions", "20")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # a malformed JSON record parses to no field at all, never to the fields before the error
+        .config("spark.sql.json.enablePartialResults", "false")
         # a persist or a merge is one job writing a task's own directory, which the task drops on failure:
         # committing each file in place (v2) and no _SUCCESS marker spare every small job two renames
         .config("spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version", "2")

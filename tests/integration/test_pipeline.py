@@ -53,7 +53,7 @@ def pipeline(spark: SparkSession, **data_schema: Any) -> IngestPipeline:
     spec = {"dataSource": "events", "timestampSpec": {"column": "ts"}, "dimensionsSpec": {"dimensions": ["page"]},
             **data_schema}
     return IngestPipeline(spark, compile_plan(DataSchema.model_validate(spec)), "events",
-                          {"bootstrap.servers": "unused:9092"})
+                          {"bootstrap.servers": "unused:9092"}, [0])
 
 
 def table(df: DataFrame) -> list[dict]:
@@ -131,9 +131,10 @@ def test_missing_value_is_used_only_when_the_timestamp_is_absent(spark, tmp_path
         json.dumps({"ts": None, "page": "null"}),
         event("not a time", page="unparseable"),
         event("2024-01-01T00:00:00Z", page="present"),
+        '{"page": "truncated", ',  # malformed JSON: no row, though a record without the timestamp makes one
     ]
     result = persist(p, values, tmp_path / "persist")
-    assert result.stats == RowStats(processed=3, unparseable=1, processed_bytes=byte_length(values))
+    assert result.stats == RowStats(processed=3, unparseable=2, processed_bytes=byte_length(values))
     assert table(p.spark.read.parquet(str(tmp_path / "persist"))) == [
         {"__time": ms("2020-05-05T05:05:05.555"), "page": "absent"},
         {"__time": ms("2020-05-05T05:05:05.555"), "page": "null"},
@@ -493,7 +494,7 @@ def windowed(spark: SparkSession, io: dict, **data_schema: Any) -> IngestPipelin
     io_config = KafkaIOConfig.model_validate({"topic": "events", "inputFormat": {"type": "json"}, "taskDuration": "PT1H",
                                               "consumerProperties": {"bootstrap.servers": "unused:9092"}, **io})
     p = pipeline(spark, **data_schema)
-    return IngestPipeline(spark, p.plan, "events", {"bootstrap.servers": "unused:9092"},
+    return IngestPipeline(spark, p.plan, "events", {"bootstrap.servers": "unused:9092"}, [0],
                           message_window(io_config, TASK_CREATED))
 
 

@@ -203,7 +203,15 @@ def test_typed_dimension_columns():
     assert compiled.checked_inputs == {"views": "views", "ratio": "ratio", "score": "score"}
     assert compiled.dimensions == ["page", "views", "ratio", "score", "user"]
     assert compiled.json_schema_ddl == ("`page` STRING, `ratio` STRING, `score` STRING, `ts` STRING, `user` STRING, "
-                                        "`views` STRING, `__corrupt` STRING")
+                                        "`views` STRING")
+    assert compiled.corrupt_column is None  # malformed JSON parses to no timestamp: unparseable without it
+
+
+def test_a_missing_value_for_the_timestamp_needs_the_corrupt_record_column():
+    """With timestampSpec.missingValue a record with none of the fields makes a row, so malformed JSON must be told
+    apart by Spark's corrupt-record column."""
+    compiled = plan(timestampSpec={"column": "ts", "missingValue": "2024-01-01T00:00:00Z"})
+    assert compiled.corrupt_column == "__corrupt" and compiled.json_schema_ddl.endswith(", `__corrupt` STRING")
 
 
 def test_dimension_exclusions_change_nothing_next_to_an_explicit_dimension_list():
