@@ -100,7 +100,9 @@ class SequencePublisher:
 
     def _published_by_replica(self, stored: StreamOffsets | None, end: StreamOffsets,
                               segments: list[DataSegment]) -> bool:
-        if stored is None or any(stored.offsets.get(p) != o for p, o in end.offsets.items()):
+        """The offsets reached (or passed: a faster replica may have published later sequences too) and these very
+        segment ids used: a replica published this sequence."""
+        if stored is None or any(stored.offsets.get(p, -1) < o for p, o in end.offsets.items()):
             return False
         used = {str(s.id) for s in self._task.toolbox.metadata.used_segments(self._task.spec.data_source)}
         return all(str(s.id) in used for s in segments)
