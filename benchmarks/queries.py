@@ -17,13 +17,14 @@ DuckDB SQL:
 
 Engines, one run, round robin per repetition so that background noise spreads evenly:
 
-  sluice_engine  ``SqlEngine.execute`` (translation + sandboxed DuckDB connection per query)
+  sluice_engine  ``SqlEngine.execute`` over the files (translation + sandboxed DuckDB connection per query):
+                 what a broker does with a data source it has not loaded (yet)
   sluice_http    ``POST /druid/v2/sql`` to Sluice's Broker + SQL router (uvicorn), whose metadata store
-                 holds the files as published segments: the whole product path minus ingestion
+                 holds the files as published segments, after the broker has loaded the data source (its
+                 loadstatus is 100%, as Druid's segments are queried once historicals load them): the whole
+                 product path minus ingestion
   spark_sql      Spark SQL over the same files (Sluice's session settings), ``collect()``
-  duckdb         DuckDB directly on the files, one long-lived connection: the floor
-
-Native (JSON) Druid queries are not measured: Sluice does not serve them yet (issue 5).
+  duckdb         DuckDB directly on the files, one long-lived connection
 
     python benchmarks/queries.py --rows 10000000 --json
 """
@@ -157,20 +158,23 @@ def sluice_engine(files: list[str]) -> Runner:
     return lambda sql: engine.execute(sql, {DATA_SOURCE: files}).rows
 
 
-def sluice_http(files: list[Path], work_dir: Path) -> tuple[Runner, Callable[[], None]]:
+def sluice_http(files: list[Path], work_dir: Path) -> tuple[Runner, Callable[[], None], float]:
     """Sluice's Broker and SQL API over a metadata store in which the files are published segments.
 
-    Only the broker side of a node is started (no Spark): the same Broker, router and HTTP server a
+    Only the broker side of a node is started (no Spark): the same Broker, routers and HTTP server a
     node uses, so a query pays exactly what it pays on a node — metadata read, timeline, DuckDB,
-    JSON rendering and HTTP.
+    JSON rendering and HTTP. Returns the runner, its closer, and how long the data source took to load.
     """
     import httpx
     from fastapi import FastAPI
 
     from sluice.broker.broker import Broker
+    from sluice.broker.engine import SqlEngine
+    from sluice.broker.loaded import LoadedDataSources
     from sluice.metadata.store import MetadataStore
     from sluice.segment.deep_storage import LocalDeepStorage
     from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
+    from sluice.server.api_native import native_router
     from sluice.server.api_sql import sql_router
     from sluice.server.http_server import HttpServer
 
@@ -192,13 +196,21 @@ def sluice_http(files: list[Path], work_dir: Path) -> tuple[Runner, Callable[[],
     result = metadata.commit_segments_and_metadata(segments, DATA_SOURCE, None, None)
     if not result.success:
         raise RuntimeError(result.message)
-    broker = Broker(metadata, LocalDeepStorage(files[0].parent), work_dir / "segment-cache")
+    engine = SqlEngine(memory_limit="4GB")
+    loaded = LoadedDataSources(engine.duckdb_config)  # as a node's broker does (its --load-max-rows default)
+    broker = Broker(metadata, LocalDeepStorage(files[0].parent), work_dir / "segment-cache", engine, loaded=loaded)
     app = FastAPI()
     app.include_router(sql_router(broker))
+    app.include_router(native_router(broker, metadata))
     port = free_port()
     server = HttpServer(app, "127.0.0.1", port)
     server.start()
     http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120.0)
+    # like Druid's segments, the data source serves from its files until the broker has loaded it
+    started = time.monotonic()
+    while http.get("/druid/coordinator/v1/loadstatus").json().get(DATA_SOURCE) != 100.0:
+        time.sleep(0.2)
+    load_s = time.monotonic() - started
 
     def run(sql: str) -> list[Any]:
         response = http.post("/druid/v2/sql", json={"query": sql, "resultFormat": "array"})
@@ -208,9 +220,10 @@ def sluice_http(files: list[Path], work_dir: Path) -> tuple[Runner, Callable[[],
     def close() -> None:
         http.close()
         server.stop()
+        loaded.stop()
         metadata.close()
 
-    return run, close
+    return run, close, load_s
 
 
 def duckdb_direct(files: list[str]) -> Runner:
@@ -263,7 +276,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         files = [str(p) for p in paths]
         size_mb = sum(p.stat().st_size for p in paths) / 1024**2
         engines: dict[str, Runner] = {"sluice_engine": sluice_engine(files), "duckdb": duckdb_direct(files)}
-        http_runner, close_http = sluice_http(paths, work_dir)
+        http_runner, close_http, load_s = sluice_http(paths, work_dir)
         engines["sluice_http"] = http_runner
         closers.append(close_http)
         spark_runner, spark_start_s = spark_sql(files)
@@ -309,7 +322,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "benchmark": "queries",
         "rows": args.rows, "days": args.days, "segment_files": len(files), "data_mb": round(size_mb, 1),
-        "build_s": round(build_s, 1), "spark_startup_s": round(spark_start_s, 1),
+        "build_s": round(build_s, 1), "sluice_load_s": round(load_s, 1), "spark_startup_s": round(spark_start_s, 1),
         "shapes": results, "sql": {shape: sql["druid"] for shape, sql in queries.items()},
         "machine": machine(),
     }

@@ -69,6 +69,7 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
                       worker_select_strategy=getattr(args, "worker_select_strategy", "equalDistribution"),
                       max_query_rows=getattr(args, "max_query_rows", 100_000),
                       query_memory_limit=getattr(args, "query_memory_limit", "4GB"),
+                      load_max_rows=getattr(args, "load_max_rows", 50_000_000),
                       emitter=args.emitter, **overlord)
 
 
@@ -100,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
             command.add_argument("--query-memory-limit", default="4GB",
                                  help="DuckDB's memory limit, shared by the queries running at once over the same "
                                       "segments (default: 4GB)")
+            command.add_argument("--load-max-rows", type=int, default=50_000_000,
+                                 help="rows of published segments the broker loads into DuckDB's own storage for "
+                                      "faster queries (default: 50000000; 0: read the segment files only)")
         if role is Role.OVERLORD:
             command.add_argument("--worker-select-strategy", default="equalDistribution",
                                  choices=["equalDistribution", "fillCapacity"])

@@ -39,6 +39,7 @@ from sluice.broker import system_tables as sys_tables
 from sluice.broker.engine import ClippedFile, QueryResult, SegmentFile, SegmentFileGone, SqlEngine, table_columns
 from sluice.broker.errors import SqlError
 from sluice.broker.intervals import overlaps_any
+from sluice.broker.loaded import LoadedDataSources
 from sluice.broker.realtime import RealtimePiece, piece_footer, visible_pieces
 from sluice.broker.sql import translate_query
 from sluice.broker.system_tables import RealtimeSegment, Server, SystemTable
@@ -89,10 +90,12 @@ class Broker:
         tasks: LiveState | None = None,
         servers: Callable[[], Sequence[Server]] | None = None,
         snapshot_ttl_s: float = 0.5,
+        loaded: LoadedDataSources | None = None,
     ) -> None:
         """`realtime` gives the running tasks' views. `supervisors` (SupervisorStatus JSON), `tasks` (TaskStatusPlus
         JSON) and `servers` give live state for the sys tables; without them, or when they give None, what the
-        metadata store holds is shown."""
+        metadata store holds is shown. With `loaded`, data sources are loaded into DuckDB's own storage when their
+        segments stay the same, and queries over published data read them there."""
         self._metadata = metadata
         self._deep_storage = deep_storage
         self._cache_dir = cache_dir
@@ -105,6 +108,7 @@ class Broker:
         self._snapshot_lock = threading.Lock()
         self._current: _Snapshot | None = None
         self._local_paths: dict[SegmentId, str] = {}
+        self._loaded = loaded
 
     def visible_segments(self) -> dict[str, list[DataSegment]]:
         """Per data source, the segments the versioned timeline shows (overshadowed ones hidden)."""
@@ -126,6 +130,16 @@ class Broker:
         """Cancel the running query with this sqlQueryId; False when none runs."""
         return self._engine.cancel(query_id)
 
+    def load_status(self) -> dict[str, float]:
+        """Druid's loadstatus: per data source with published segments, the percentage of them loaded (100 when
+        data sources are not loaded at all: they are read from their files, which is always possible)."""
+        snapshot = self._snapshot()
+        if self._loaded is None:
+            return {source: 100.0 for source in snapshot.visible}
+        for source in snapshot.visible:
+            self._loaded_database(snapshot, source)
+        return {source: percent for source, percent in self._loaded.load_status().items() if source in snapshot.visible}
+
     def _sql(self, query: str, parameters: Sequence[dict[str, Any]], context: Mapping[str, Any] | None,
              fresh: bool) -> QueryResult:
         snapshot = self._snapshot(fresh)
@@ -133,7 +147,19 @@ class Broker:
         files = {source: self._files(snapshot, source, translation.intervals[source])
                  for source in translation.data_sources}
         system = {table: self._system_table(table, snapshot) for table in translation.system_tables}
-        return self._engine.run(translation, files, parameters, system)
+        database = None
+        if len(translation.data_sources) == 1:  # a loaded data source holds its published rows only
+            [source] = translation.data_sources
+            realtime = {piece.path for piece in snapshot.realtime.get(source, [])}
+            if not realtime.intersection(f for f in files[source] if isinstance(f, str)):
+                database = self._loaded_database(snapshot, source)
+        return self._engine.run(translation, files, parameters, system, database)
+
+    def _loaded_database(self, snapshot: _Snapshot, source: str) -> Any:
+        """The data source loaded with exactly its visible segments, if it is (a load is asked for otherwise)."""
+        if self._loaded is None or not snapshot.visible.get(source):
+            return None
+        return self._loaded.database(source, [self._file(snapshot, s) for s in snapshot.visible[source]])
 
     def _files(self, snapshot: _Snapshot, source: str, intervals: list[Interval]) -> list[SegmentFile]:
         """The files of the segments and pieces visible within the query's intervals; when none is, one file all the

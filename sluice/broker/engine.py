@@ -105,6 +105,11 @@ class SqlEngine:
         self._running: dict[str, list[duckdb.DuckDBPyConnection]] = {}
         self._cancelled: set[str] = set()
 
+    @property
+    def duckdb_config(self) -> dict[str, Any]:
+        """What every database of this engine is opened with (threads, memory limit, no extensions)."""
+        return dict(self._config)
+
     def execute(
         self,
         sql: str,
@@ -125,15 +130,18 @@ class SqlEngine:
         tables: Mapping[str, Sequence[SegmentFile]],
         parameters: Sequence[dict] = (),
         system_tables: Mapping[SystemTable, pa.Table] | None = None,
+        database: duckdb.DuckDBPyConnection | None = None,
     ) -> QueryResult:
         """Run a translated query; `tables` holds the files of (at least) the data sources it reads, each non-empty.
+        With `database` (a loaded data source, see loaded.py) the query runs there instead of over the files.
 
         Raises SqlError, or SegmentFileGone when a file is missing.
         """
         values = bind_parameters(parameters, query.parameter_count)
         query_id = query.context.query_id
         try:
-            cursor = self._cursor({name: list(tables[name]) for name in query.data_sources})
+            cursor = database.cursor() if database is not None else \
+                self._cursor({name: list(tables[name]) for name in query.data_sources})
             with cursor, self._registered(query_id, cursor), _deadline(cursor, query.context.timeout_ms):
                 for table, rows in (system_tables or {}).items():
                     cursor.register(table.relation, rows)
@@ -376,6 +384,7 @@ _TYPES: dict[str, tuple[str, str]] = {
     "double": ("DOUBLE", "DOUBLE"),
     "decimal": ("DOUBLE", "DECIMAL"),
     "varchar": ("STRING", "VARCHAR"),
+    "enum": ("STRING", "VARCHAR"),  # a loaded data source's dictionary-encoded strings
     "uuid": ("STRING", "VARCHAR"),
     "null": ("STRING", "VARCHAR"),
     "date": ("LONG", "DATE"),

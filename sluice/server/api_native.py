@@ -150,6 +150,11 @@ def native_router(broker: Broker, metadata: MetadataStore,
             return _json(full_data_source(data_source, segments))
         return _json(simple_properties(segments))
 
+    @router.get("/druid/coordinator/v1/loadstatus")
+    def load_status() -> Response:
+        """Druid's percentage of each data source's segments loaded (here: into the broker's DuckDB storage)."""
+        return _json(broker.load_status())
+
     @router.get("/druid/coordinator/v1/datasources/{data_source}/intervals")
     def coordinator_intervals(data_source: str) -> Response:
         segments = broker.visible_segments().get(data_source)

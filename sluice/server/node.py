@@ -20,6 +20,7 @@ from fastapi import FastAPI
 from sluice.broker import system_tables as sys_tables
 from sluice.broker.broker import Broker
 from sluice.broker.engine import SqlEngine
+from sluice.broker.loaded import LoadedDataSources
 from sluice.broker.overlord_client import OverlordClient
 from sluice.discovery import BROKER, OVERLORD, WORKER, Announcer, live_urls
 from sluice.emitter import EmitterConfig, ServiceEmitter, build_emitter
@@ -79,6 +80,9 @@ class NodeConfig:
     #: result in memory before sending it, so it bounds it, at Druid's bound for the rows a broker holds in memory
     #: for one query's subqueries (druid.server.http.maxSubqueryRows).
     max_query_rows: int = 100_000
+    #: the rows the broker may hold loaded into DuckDB's own storage (dictionary-encoded, in time order; see
+    #: broker/loaded.py), over all data sources, least recently queried unloaded first; 0: read files only
+    load_max_rows: int = 50_000_000
     #: where metrics go; Prometheus by default, so every role serves GET /metrics
     emitter: EmitterConfig = EmitterConfig(type="prometheus")
     #: the overlord's druid.supervisor.* settings (health thresholds, recentErrors, idleConfig defaults)
@@ -123,7 +127,7 @@ class Node:
         if role is Role.WORKER:
             self.lifecycle.add("worker", self._start_worker, self._stop_worker)
         if role in (Role.ALL_IN_ONE, Role.BROKER):
-            self.lifecycle.add("broker", self._start_broker)
+            self.lifecycle.add("broker", self._start_broker, self._stop_broker)
         self.lifecycle.add("http", self._start_http, self._stop_http, stage=Stage.SERVER)
         self.lifecycle.add("announcement", self._announce, self._unannounce, stage=Stage.ANNOUNCEMENTS)
 
@@ -225,17 +229,23 @@ class Node:
         engine = SqlEngine(memory_limit=self.config.query_memory_limit,
                            max_result_rows=self.config.max_query_rows or None,
                            temp_directory=str(self.config.work_dir / "query-spill"))
+        self.loaded = LoadedDataSources(engine.duckdb_config, self.config.load_max_rows) \
+            if self.config.load_max_rows else None
         if self.config.role is Role.ALL_IN_ONE:
             self.broker = Broker(self.metadata, self.deep_storage, self.config.work_dir / "segment-cache", engine,
                                  realtime=self._thread_task_views, supervisors=self._supervisor_statuses,
-                                 tasks=self._task_statuses)
+                                 tasks=self._task_statuses, loaded=self.loaded)
         else:
             overlord = OverlordClient(lambda: live_urls(self.metadata, OVERLORD))
             self.broker = Broker(self.metadata, self.deep_storage, self.config.work_dir / "segment-cache", engine,
                                  realtime=overlord.realtime_views, supervisors=overlord.supervisor_statuses,
-                                 tasks=overlord.task_statuses)
+                                 tasks=overlord.task_statuses, loaded=self.loaded)
         self.app.include_router(sql_router(self.broker, self.emitter))
         self.app.include_router(native_router(self.broker, self.metadata, self.emitter))
+
+    def _stop_broker(self) -> None:
+        if self.loaded is not None:
+            self.loaded.stop()
 
     def _thread_task_views(self) -> list[RealtimeView]:
         """What this node's reading tasks have persisted (Druid's realtime queries)."""

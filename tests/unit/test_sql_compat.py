@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from sluice.broker.broker import Broker
+from sluice.broker.sql import translate_query
 from sluice.metadata.store import MetadataStore
 from sluice.segment.deep_storage import LocalDeepStorage
 from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
@@ -381,3 +383,23 @@ def test_information_schema_describes_the_data_source(broker: Broker) -> None:
     assert rows == [("__time", "TIMESTAMP")] + [(d, "VARCHAR") for d in ("channel", "page", "user", "countryName",
                                                                           "isRobot")] + [
         (m, "BIGINT") for m in ("added", "deleted", "delta")]
+
+
+@pytest.mark.parametrize("druid, duckdb_reference", [
+    ("FLOOR(__time TO SECOND)", "date_trunc('second', __time)"),
+    ("FLOOR(__time TO MINUTE)", "date_trunc('minute', __time)"),
+    ("FLOOR(__time TO HOUR)", "date_trunc('hour', __time)"),
+    ("FLOOR(__time TO DAY)", "date_trunc('day', __time)"),
+    ("TIME_FLOOR(__time, 'PT15M')", "time_bucket(INTERVAL 15 MINUTE, __time, TIMESTAMP '1970-01-01')"),
+    ("TIME_FLOOR(__time, 'PT1.5S')", "time_bucket(INTERVAL 1500 MILLISECOND, __time, TIMESTAMP '1970-01-01')"),
+    ("TIME_FLOOR(__time, 'P1W')", "time_bucket(INTERVAL 7 DAY, __time, TIMESTAMP '1970-01-05')"),
+    ("TIME_FLOOR(__time, 'P2D')", "time_bucket(INTERVAL 2 DAY, __time, TIMESTAMP '1970-01-01')"),
+])
+def test_time_floors_of_a_fixed_length_bucket_like_duckdbs_calendar_functions(druid, duckdb_reference) -> None:
+    """`__time` floored in integer arithmetic (the fast path) equals DuckDB's own bucketing, before the epoch too."""
+    connection = duckdb.connect()
+    connection.execute("CREATE TABLE t AS SELECT TIMESTAMP '1969-12-28 13:47:31.123' + INTERVAL (i * 3571) SECOND "
+                       "AS __time FROM range(3000) r(i)")
+    translated = translate_query(f"SELECT {druid} FROM t", {"t"}).sql
+    assert "MAKE_TIMESTAMP" in translated
+    assert connection.execute(translated).fetchall() == connection.execute(f"SELECT {duckdb_reference} FROM t").fetchall()

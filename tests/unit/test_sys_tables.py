@@ -19,6 +19,7 @@ from fastapi import FastAPI
 
 from sluice.broker.broker import Broker
 from sluice.broker.errors import SqlError
+from sluice.broker.loaded import LoadedDataSources
 from sluice.broker.system_tables import Server
 from sluice.metadata.offsets import StreamOffsets
 from sluice.metadata.store import MetadataStore
@@ -383,3 +384,30 @@ def test_a_broker_node_asks_the_overlord_it_discovers_and_shows_the_stored_state
     finally:
         node.stop()
         server.stop()
+
+
+def test_a_loaded_data_source_answers_published_rows_and_the_files_answer_with_realtime_ones(
+        store: MetadataStore, tmp_path: Path) -> None:
+    """Once a data source's segments are loaded into DuckDB's storage, queries over published rows are answered there
+    (same answers); a query that meets realtime rows is answered from the files, which hold them."""
+    fresh = _rows(3, 2, "Fox")
+    views: list[RealtimeView] = []
+    loaded = LoadedDataSources({"threads": 1}, settle_s=0.0)
+    broker = _broker(store, tmp_path, realtime=lambda: views, loaded=loaded)
+    try:
+        assert broker.load_status() == {"wiki": 0.0, "pages": 0.0}  # asked for now, loaded in the background
+        wait = time.monotonic() + 30
+        while broker.load_status() != {"wiki": 100.0, "pages": 100.0}:
+            assert time.monotonic() < wait, broker.load_status()
+            time.sleep(0.05)
+        sql = "SELECT page, COUNT(*) AS n, SUM(added) AS added FROM wiki GROUP BY page ORDER BY page"
+        plan = json.loads(broker.sql(f"EXPLAIN PLAN FOR {sql}").rows[0][0])[0]["query"]["physicalPlan"]
+        assert "READ_PARQUET" not in plan.upper() and "PARQUET_SCAN" not in plan.upper()  # the loaded table
+        assert broker.sql(sql).rows == [("Cat", 3, 3), ("Emu", 4, 806), ("Owl", 5, 510)]
+
+        views.append(_view("wiki", "index_kafka_wiki_a_0", {0: 0}, 2, _write(tmp_path / "task" / "0.parquet", fresh)))
+        assert broker.sql(sql).rows == [("Cat", 3, 3), ("Emu", 4, 806), ("Fox", 2, 601), ("Owl", 5, 510)]
+        plan = json.loads(broker.sql(f"EXPLAIN PLAN FOR {sql}").rows[0][0])[0]["query"]["physicalPlan"]
+        assert "PARQUET" in plan.upper()
+    finally:
+        loaded.stop()
