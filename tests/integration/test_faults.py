@@ -108,7 +108,7 @@ def test_a_publish_stalled_past_completion_timeout_is_dropped_and_its_range_read
                 f"/druid/indexer/v1/supervisor/{ds}/status").json()["payload"]["publishingTasks"], 120,
                 "a task group publishing")
             # the metadata store stalls (a long transaction holds its write lock) for longer than completionTimeout
-            stall = sqlite3.connect(database, timeout=60)
+            stall = sqlite3.connect(database, timeout=60, check_same_thread=False)
             stall.execute("BEGIN EXCLUSIVE")
             released = threading.Timer(12, stall.rollback)
             released.start()
