@@ -65,7 +65,7 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
             overlord["queue_max_size"] = args.indexer_queue_max_size
     return NodeConfig(host=args.host, port=args.port, work_dir=args.work_dir, metadata_uri=args.metadata_uri,
                       deep_storage=args.deep_storage, spark_master=args.spark_master, role=args.role,
-                      capacity=getattr(args, "capacity", 2),
+                      capacity=getattr(args, "capacity", 2), base_task_dirs=getattr(args, "base_task_dirs", ()),
                       worker_select_strategy=getattr(args, "worker_select_strategy", "equalDistribution"),
                       max_query_rows=getattr(args, "max_query_rows", 100_000),
                       query_memory_limit=getattr(args, "query_memory_limit", "4GB"),
@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
                                   '"emitters":["prometheus","logging"]}\' (default: prometheus, served on /metrics)')
         if role is Role.WORKER:
             command.add_argument("--capacity", type=int, default=2, help="tasks (peons) at once")
+            command.add_argument("--base-task-dirs", type=lambda dirs: tuple(Path(d) for d in dirs.split(",")),
+                                 default=(), help="druid.worker.baseTaskDirs: comma-separated directories for task "
+                                                  "directories, slot i in the (i mod n)-th (default: <work-dir>/tasks)")
         if role in (Role.ALL_IN_ONE, Role.BROKER):
             command.add_argument("--max-query-rows", type=int, default=100_000,
                                  help="the most rows a query may return; a larger result is refused with Druid's "

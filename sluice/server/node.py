@@ -66,6 +66,9 @@ class NodeConfig:
     role: Role = Role.ALL_IN_ONE
     #: a worker's task slots (peons at once)
     capacity: int = 2
+    #: druid.worker.baseTaskDirs: where a worker's task directories go, slot i in the (i mod n)-th (default:
+    #: <work-dir>/tasks)
+    base_task_dirs: tuple[Path, ...] = ()
     #: how the overlord picks a worker: equalDistribution or fillCapacity
     worker_select_strategy: str = "equalDistribution"
     #: DuckDB's memory limit (it would otherwise take 80% of the machine). DuckDB bounds a database, not a query (it
@@ -216,7 +219,8 @@ class Node:
     def _start_worker(self) -> None:
         peon = PeonConfig(self.config.resolved_metadata_uri, self.config.resolved_deep_storage,
                           self.config.spark_master, self.config.emitter)
-        self.worker = WorkerTaskManager(self.config.work_dir / "tasks", self.config.capacity, self.config.host, peon)
+        self.worker = WorkerTaskManager(self.config.base_task_dirs or (self.config.work_dir / "tasks",),
+                                        self.config.capacity, self.config.host, peon)
         self.worker.start()
         self.app.include_router(worker_router(self.worker))
 

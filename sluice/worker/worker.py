@@ -1,7 +1,9 @@
 """A worker (Druid's MiddleManager with its WorkerTaskManager and ForkingTaskRunner).
 
-It has `capacity` slots and runs each task it is assigned as a peon process in its own directory under
-`<work dir>/tasks/<task id>` (task.json, lock, log, status.json). It reports every task's status and
+It has `capacity` slots and runs each task it is assigned as a peon process in its own directory,
+`<base task dir>/<task id>` (task.json, lock, log, status.json). As Druid's TaskStorageDirTracker does with
+`druid.worker.baseTaskDirs`, slot i keeps its tasks in base task dir i mod n, and a task takes the lowest free
+slot, so tasks spread over the base dirs (a disk each, say) and one disk never holds more than its share. It reports every task's status and
 location to whoever asks (the overlord polls), and shuts tasks down on request (they end FAILED). When it
 stops, its peons stop gracefully: a task that can resume keeps what it read, uncommitted. When it starts
 again it finds the tasks it ran before: those whose peon still holds its lock are adopted (such a peon is
@@ -22,6 +24,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +55,7 @@ class PeonConfig:
 @dataclass
 class _Peon:
     task_id: str
+    slot: int
     task_dir: Path
     pid: int
     port: int
@@ -73,8 +77,10 @@ def _alive(pid: int) -> bool:
 
 
 class WorkerTaskManager:
-    def __init__(self, tasks_dir: Path, capacity: int, host: str, peon: PeonConfig) -> None:
-        self.tasks_dir = tasks_dir
+    def __init__(self, base_task_dirs: Sequence[Path], capacity: int, host: str, peon: PeonConfig) -> None:
+        if not base_task_dirs:
+            raise ValueError("a worker needs at least one base task dir")
+        self.base_task_dirs = list(base_task_dirs)
         self.capacity = capacity
         self.host = host
         self._peon = peon
@@ -86,7 +92,8 @@ class WorkerTaskManager:
         self._monitor = threading.Thread(target=self._watch, name="peon-monitor", daemon=True)
 
     def start(self) -> None:
-        self.tasks_dir.mkdir(parents=True, exist_ok=True)
+        for base in self.base_task_dirs:
+            base.mkdir(parents=True, exist_ok=True)
         self._restore()
         self._monitor.start()
 
@@ -113,15 +120,25 @@ class WorkerTaskManager:
         with self._lock:
             if spec.id in self._running or spec.id in self._completed:
                 return spec.id  # assignment is idempotent: an overlord retrying must not start a second peon
-            if len(self._running) >= self.capacity:
+            slot = self._free_slot()
+            if slot is None:
                 raise WorkerFull(f"worker has no free slot (capacity {self.capacity})")
-            task_dir = self.tasks_dir / spec.id
+            task_dir = self.slot_dir(slot) / spec.id
             task_dir.mkdir(parents=True, exist_ok=True)
             write_task_file(task_dir, TASK_FILE, spec.to_json())
-            self._launch(spec.id, task_dir)
+            self._launch(spec.id, slot, task_dir)
         return spec.id
 
-    def _launch(self, task_id: str, task_dir: Path) -> None:
+    def slot_dir(self, slot: int) -> Path:
+        return self.base_task_dirs[slot % len(self.base_task_dirs)]
+
+    def _free_slot(self, base: Path | None = None) -> int | None:
+        """The lowest slot no running task holds (in `base`, if given); called holding the lock."""
+        taken = {p.slot for p in self._running.values()}
+        return next((slot for slot in range(self.capacity)
+                     if slot not in taken and (base is None or self.slot_dir(slot) == base)), None)
+
+    def _launch(self, task_id: str, slot: int, task_dir: Path) -> None:
         """Start a peon for the task in `task_dir` (its task.json written); called holding the lock."""
         port = _free_port(self.host)
         command = [sys.executable, "-m", "sluice.worker.peon", str(task_dir), "--port", str(port),
@@ -131,7 +148,7 @@ class WorkerTaskManager:
         with (task_dir / LOG_FILE).open("ab") as log_file:
             process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         write_task_file(task_dir, PEON_FILE, {"pid": process.pid, "port": port})
-        self._running[task_id] = _Peon(task_id, task_dir, process.pid, port, process)
+        self._running[task_id] = _Peon(task_id, slot, task_dir, process.pid, port, process)
         log.info("task %s runs in peon pid %d, chat port %d", task_id, process.pid, port)
 
     def tasks(self) -> list[dict[str, Any]]:
@@ -153,9 +170,14 @@ class WorkerTaskManager:
         self._signal(peon, SHUTDOWN_SIGNAL)
         return True
 
+    def task_dir(self, task_id: str) -> Path | None:
+        """The directory of a task this worker runs or ran, in whichever base task dir it was given."""
+        return next((base / task_id for base in self.base_task_dirs if (base / task_id / TASK_FILE).exists()), None)
+
     def log(self, task_id: str, offset: int = 0) -> bytes | None:
-        path = self.tasks_dir / task_id / LOG_FILE
-        if not path.exists():
+        task_dir = self.task_dir(task_id)
+        path = task_dir / LOG_FILE if task_dir else None
+        if path is None or not path.exists():
             return None
         with path.open("rb") as handle:
             if offset < 0:
@@ -165,7 +187,8 @@ class WorkerTaskManager:
             return handle.read()
 
     def report(self, task_id: str) -> dict[str, Any] | None:
-        return read_report(self.tasks_dir / task_id)
+        task_dir = self.task_dir(task_id)
+        return read_report(task_dir) if task_dir else None
 
     @property
     def used_capacity(self) -> int:
@@ -206,7 +229,7 @@ class WorkerTaskManager:
             with self._lock:
                 if self._running.get(peon.task_id) is peon:
                     log.info("restoring task %s: its previous peon (pid %d) has exited", peon.task_id, peon.pid)
-                    self._launch(peon.task_id, peon.task_dir)
+                    self._launch(peon.task_id, peon.slot, peon.task_dir)
             return True
         if status is None:
             status = TaskStatus.failure(
@@ -229,28 +252,35 @@ class WorkerTaskManager:
     def _restore(self) -> None:
         """After a restart: adopt live peons, report finished tasks, start again those that can resume, and report
         the others failed."""
-        for task_dir in sorted(p for p in self.tasks_dir.iterdir() if (p / TASK_FILE).exists()):
+        task_dirs = sorted(p for base in self.base_task_dirs for p in base.iterdir() if (p / TASK_FILE).exists())
+        for task_dir in task_dirs:
             task_id = task_dir.name
             status = read_status(task_dir)
             if status is not None:
                 self._completed[task_id] = status
                 continue
             lock = try_lock(task_dir)
-            if lock is None and (task_dir / PEON_FILE).exists():
-                peon = json.loads((task_dir / PEON_FILE).read_text())
-                self._running[task_id] = _Peon(task_id, task_dir, peon["pid"], peon["port"], None)
-                log.info("adopted task %s still running in peon pid %d", task_id, peon["pid"])
-                continue
             if lock is not None:
                 lock.close()
-            if self._can_restore(task_dir):
-                log.info("restoring task %s", task_id)
-                with self._lock:
-                    self._launch(task_id, task_dir)
+            adopt = lock is None and (task_dir / PEON_FILE).exists()
+            if not adopt and not self._can_restore(task_dir):
+                failed = TaskStatus.failure(task_id, "the worker restarted and this task's peon was gone")
+                write_task_file(task_dir, STATUS_FILE, failed.to_json())
+                self._completed[task_id] = failed
                 continue
-            failed = TaskStatus.failure(task_id, "the worker restarted and this task's peon was gone")
-            write_task_file(task_dir, STATUS_FILE, failed.to_json())
-            self._completed[task_id] = failed
+            with self._lock:
+                # its own base dir's slot if one is free; after a change of capacity or base dirs, any slot (or one
+                # past capacity: a task that was running is never dropped for want of a slot)
+                slot = self._free_slot(task_dir.parent)
+                slot = slot if slot is not None else self._free_slot()
+                slot = slot if slot is not None else self.capacity + len(self._running)
+                if adopt:
+                    peon = json.loads((task_dir / PEON_FILE).read_text())
+                    self._running[task_id] = _Peon(task_id, slot, task_dir, peon["pid"], peon["port"], None)
+                    log.info("adopted task %s still running in peon pid %d", task_id, peon["pid"])
+                else:
+                    log.info("restoring task %s", task_id)
+                    self._launch(task_id, slot, task_dir)
 
     @staticmethod
     def _can_restore(task_dir: Path) -> bool:

@@ -80,6 +80,34 @@ def test_tasks_wait_for_a_free_slot_run_in_peons_and_report_through_the_overlord
         assert overlord.post(f"{TASKS}/task/noop_long/shutdown").status_code == 404
 
 
+def test_a_worker_spreads_its_slots_over_its_base_task_dirs_and_finds_them_after_a_restart(cluster_dir: Path) -> None:
+    uri = metadata_uri(cluster_dir)
+    disks = [cluster_dir / "disk-a", cluster_dir / "disk-b"]
+    overlord_process = SluiceProcess("overlord", cluster_dir, uri).start()
+    worker_args = ("--capacity", "2", "--base-task-dirs", ",".join(map(str, disks)))
+    worker = SluiceProcess("worker", cluster_dir, uri, *worker_args).start()
+    try:
+        with overlord_process.client() as overlord:
+            for task_id in ("slot_0", "slot_1"):
+                overlord.post(f"{TASKS}/task", json=noop(task_id, 600_000))
+                wait_for(lambda: task_status(overlord, task_id)["runnerStatusCode"] == "RUNNING", 30, task_id)
+            # slot i keeps its tasks in base dir i mod 2: one task per disk
+            assert [sorted(p.name for p in disk.iterdir()) for disk in disks] == [["slot_0"], ["slot_1"]]
+            assert overlord.get(f"{TASKS}/task/slot_1/log").status_code == 200  # the peon's log, found on disk-b
+            assert overlord.get(f"{TASKS}/task/nope/log").status_code == 404
+
+            # noop tasks cannot resume: the restarted worker finds them in both dirs and reports them failed (stopped
+            # with the worker, if the peon got as far as writing its status)
+            worker.stop()
+            worker = SluiceProcess("worker", cluster_dir, uri, *worker_args).start()
+            for task_id in ("slot_0", "slot_1"):
+                assert wait_for(lambda: finished(overlord, task_id), 60, task_id)["errorMsg"] in (
+                    "stopped", "the worker restarted and this task's peon was gone")
+    finally:
+        for process in (worker, overlord_process):
+            process.stop()
+
+
 def test_bad_task_submissions_are_400s_naming_the_problem(overlord_and_worker) -> None:
     with overlord_and_worker[0].client() as overlord:
         response = overlord.post(f"{TASKS}/task", json={"type": "index_hadoop", "id": "h"})
