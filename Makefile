@@ -23,7 +23,7 @@ test-deps:  ## what the tests start besides Python: Java 17 for Spark, Debian's 
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
 
 test: install test-deps  ## the whole suite: unit tests, then real Kafka/Spark/SQLite/PostgreSQL/HTTP tests
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 $(PYTEST_ARGS)
 
 bench: install  ## ingestion, freshness, query latency and task memory side by side (~10 min); writes benchmarks/results.json
 	$(PY) benchmarks/run_all.py $(ARGS)
