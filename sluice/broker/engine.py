@@ -312,13 +312,19 @@ def _within(intervals: tuple[Interval, ...], zoned: bool) -> exp.Expr:
                      for interval in intervals))
 
 
-def file_schema(path: str) -> pa.Schema:
-    """The Arrow schema of a Parquet file (its footer is read once per version of the file)."""
+def file_version(path: str, kind: str = "Segment") -> tuple[int, int]:
+    """(mtime, size): what a footer read once per version of a file is cached under; SegmentFileGone once the file
+    is gone (handed off, or dropped by the coordinator)."""
     try:
         stat = os.stat(path)
     except FileNotFoundError as e:
-        raise SegmentFileGone(f"Segment file {path} no longer exists") from e
-    return _schema(path, stat.st_mtime_ns, stat.st_size)
+        raise SegmentFileGone(f"{kind} file {path} no longer exists") from e
+    return stat.st_mtime_ns, stat.st_size
+
+
+def file_schema(path: str) -> pa.Schema:
+    """The Arrow schema of a Parquet file (its footer is read once per version of the file)."""
+    return _schema(path, *file_version(path))
 
 
 @lru_cache(maxsize=65536)

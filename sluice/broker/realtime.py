@@ -10,7 +10,6 @@ sequences: for each sequence only the replica that read furthest into it answers
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 
-from sluice.broker.engine import SegmentFileGone
+from sluice.broker.engine import file_version
 from sluice.broker.sql import TIME_COLUMN
 from sluice.segment.segment import ETERNITY, Interval
 
@@ -67,11 +66,7 @@ class PieceFooter:
 
 def piece_footer(path: str) -> PieceFooter:
     """The footer of a persist file (read once per version of the file); SegmentFileGone once it was handed off."""
-    try:
-        stat = os.stat(path)
-    except FileNotFoundError as e:
-        raise SegmentFileGone(f"Realtime file {path} no longer exists") from e
-    return _footer(path, stat.st_mtime_ns, stat.st_size)
+    return _footer(path, *file_version(path, "Realtime"))
 
 
 @lru_cache(maxsize=65536)

@@ -371,13 +371,9 @@ class StreamSupervisor:
 
     def _end_group(self, group_id: int) -> None:
         """Pause every replica, publish up to the highest offsets any of them reached, start the next group."""
-        group = self.state.active[group_id]
-        ended = self._set_end_offsets(group, finish=True)
-        if ended is None:
-            del self.state.active[group_id]
+        end = self._set_end_offsets(group_id, finish=True)
+        if end is None:
             return
-        end, publishing = ended
-        group.task_ids = publishing
         self.state = end_group(self.state, group_id, end, self._clock() + self.config.completion_timeout)
         self.request_run()
 
@@ -392,20 +388,17 @@ class StreamSupervisor:
             else:
                 log.info("supervisor %s: %s", self.spec.id, message)
             return
-        group = self.state.active[group_id]
-        ended = self._set_end_offsets(group, finish=False)
-        if ended is None:
-            del self.state.active[group_id]
+        end = self._set_end_offsets(group_id, finish=False)
+        if end is None:
             return
-        end, reading = ended
-        group.task_ids = reading
         self.state = add_checkpoint(self.state, group_id, end)
         log.info("supervisor %s: task group %d checkpointed at %s", self.spec.id, group_id, end)
 
-    def _set_end_offsets(self, group: TaskGroup, finish: bool) -> tuple[dict[int, int], set[str]] | None:
+    def _set_end_offsets(self, group_id: int, finish: bool) -> dict[int, int] | None:
         """Pause the group's replicas and give them all the same end offsets, the highest any of them reached
-        (Druid's checkpointTaskGroup). Replicas that cannot be paused or take them are killed. Returns the end
-        and the replicas that took it; None when none did (the group is then restarted from its start)."""
+        (Druid's checkpointTaskGroup). Replicas that cannot be paused or take them are killed and leave the group.
+        Returns the end; None when no replica took it (the group is dropped, to be restarted from its start)."""
+        group = self.state.active[group_id]
         paused = {t: c for t in group.task_ids if (c := self._runner.client(t)) is not None}
         offsets = {t: o for t, c in paused.items() if (o := c.pause()) is not None}
         for task_id in group.task_ids - set(offsets):
@@ -414,6 +407,7 @@ class StreamSupervisor:
         if not offsets:
             self._record_error("TaskFailure", f"task group {group.group_id}: no replica could be paused; restarting it",
                                fails_run=False)
+            del self.state.active[group_id]
             return None
         end = {p: max(o[p] for o in offsets.values()) for p in group.starting_offsets}
         took = set()
@@ -428,8 +422,10 @@ class StreamSupervisor:
             self._record_error("TaskFailure",
                                f"task group {group.group_id}: no replica took its end offsets; restarting it",
                                fails_run=False)
+            del self.state.active[group_id]
             return None
-        return end, took
+        group.task_ids = took
+        return end
 
     def _end_all_groups(self) -> None:
         for group_id in list(self.state.active):
