@@ -80,10 +80,7 @@ def _rewrite(node: exp.Expr, session: Session) -> exp.Expr:
         name = node.name.upper()
         return _DRUID_FUNCTIONS[name].build(Call(name, list(node.expressions), zone))
     if isinstance(node, exp.Floor) and node.args.get("to"):
-        unit = _unit(node.args["to"].name)
-        if _is_time_column(node.this) and unit in _UNIT_MICROS:
-            return from_local(_floor_micros(to_local(node.this, zone), _UNIT_MICROS[unit]), zone)
-        return from_local(_floor_to(to_local(node.this, zone), unit), zone)
+        return from_local(_floor_to(to_local(node.this, zone), _unit(node.args["to"].name)), zone)
     if isinstance(node, exp.Ceil) and node.args.get("to"):
         unit = _unit(node.args["to"].name)
         local = to_local(node.this, zone)
@@ -162,27 +159,6 @@ def _floor_to(ts: exp.Expr, unit: str) -> exp.Expr:
     return exp.TimestampTrunc(this=ts.copy(), unit=exp.var(unit))
 
 
-#: the units of fixed length, in microseconds
-_UNIT_MICROS = {"SECOND": 1_000_000, "MINUTE": 60_000_000, "HOUR": 3_600_000_000, "DAY": 86_400_000_000}
-
-
-def _is_time_column(node: exp.Expr) -> bool:
-    return isinstance(node, exp.Column) and node.name == TIME_COLUMN
-
-
-def _floor_micros(ts: exp.Expr, step: int, origin: int = 0) -> exp.Expr:
-    """`ts` (a TIMESTAMP) floored to a multiple of `step` microseconds counted from `origin` (epoch microseconds),
-    in integer arithmetic: a timeseries over millions of rows spends most of its time bucketing `__time`, and this
-    costs a third less than DATE_TRUNC and half what TIME_BUCKET does. DuckDB's `%` keeps the dividend's sign, hence
-    the second modulo (floor, not truncation, before the epoch)."""
-    micros = exp.Anonymous(this="EPOCH_US", expressions=[ts.copy()])
-    since = exp.paren(exp.Sub(this=micros, expression=exp.Literal.number(origin))) if origin else micros
-    step_literal = exp.Literal.number(step)
-    offset = exp.Mod(this=exp.paren(exp.Add(this=exp.Mod(this=since.copy(), expression=step_literal),
-                                            expression=step_literal.copy())), expression=step_literal.copy())
-    return exp.Anonymous(this="MAKE_TIMESTAMP", expressions=[exp.Sub(this=micros.copy(), expression=offset)])
-
-
 def _ceil(ts: exp.Expr, floored: exp.Expr, step: exp.Expr) -> exp.Expr:
     """Druid's ceiling: the time itself when it is on a boundary, else the next boundary."""
     on_boundary = exp.EQ(this=floored.copy(), expression=ts.copy())
@@ -222,22 +198,19 @@ class _Period:
     def interval(self) -> exp.Expr:
         return exp.Interval(this=exp.Literal.string(" ".join(f"{n} {unit}" for unit, n in self.parts.items())))
 
+    def calendar_unit(self) -> str | None:
+        """The unit this period is exactly one of (PT1H, P1D, P1W, P1M …), if it is: counted from Druid's default
+        origin its buckets are DATE_TRUNC's, which DuckDB computes faster than TIME_BUCKET (PT1H over 10M rows:
+        64 ms against 92 ms)."""
+        if len(self.parts) != 1:
+            return None
+        [(unit, n)] = self.parts.items()
+        return unit.upper().removesuffix("S") if n == "1" else None
+
     def default_origin(self) -> exp.Expr:
         """Druid counts periods from the epoch, except that a single week starts on Monday."""
         origin = "1970-01-05" if self.parts == {"weeks": "1"} else "1970-01-01"
         return exp.cast(exp.Literal.string(origin), exp.DType.TIMESTAMP)
-
-    def default_origin_micros(self) -> int:
-        return 4 * 86_400_000_000 if self.parts == {"weeks": "1"} else 0
-
-    def micros(self) -> int | None:
-        """Its length in microseconds, when it has a fixed one (no months or years)."""
-        if "years" in self.parts or "months" in self.parts:
-            return None
-        lengths = {"weeks": 604_800_000_000, "days": 86_400_000_000, "hours": 3_600_000_000, "minutes": 60_000_000,
-                   "seconds": 1_000_000}
-        total = sum(round(float(n) * lengths[unit]) for unit, n in self.parts.items())
-        return total or None
 
 
 def _period(call: Call) -> _Period:
@@ -248,9 +221,9 @@ def _period(call: Call) -> _Period:
 def _time_floor_local(call: Call) -> exp.Expr:
     """TIME_FLOOR's bucket start in the call's time zone (wall-clock time)."""
     period, zone, origin = _period(call), call.zone(3), call.arg(2)
-    step = period.micros()
-    if origin is None and step is not None and _is_time_column(call.args[0]):
-        return _floor_micros(to_local(call.args[0], zone), step, period.default_origin_micros())
+    unit = period.calendar_unit()
+    if origin is None and unit is not None:
+        return _floor_to(to_local(call.args[0], zone), unit)
     origin = to_local(origin, zone) if origin is not None else period.default_origin()
     return exp.Anonymous(this="TIME_BUCKET", expressions=[period.interval(), to_local(call.args[0], zone), origin])
 

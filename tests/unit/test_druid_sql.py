@@ -387,8 +387,7 @@ def test_unknown_table_error_has_druids_shape() -> None:
 def test_translation_reads_only_known_tables_and_ctes() -> None:
     sql = 'WITH c AS (SELECT * FROM druid."wikipedia-kafka") SELECT FLOOR(__time TO DAY) FROM c'
     assert translate(sql, [WIKI]) == (
-        'WITH c AS (SELECT * FROM "wikipedia-kafka") SELECT MAKE_TIMESTAMP(EPOCH_US(__time) - '
-        '(EPOCH_US(__time) % 86400000000 + 86400000000) % 86400000000) AS "EXPR$0" FROM c'
+        'WITH c AS (SELECT * FROM "wikipedia-kafka") SELECT DATE_TRUNC(\'DAY\', __time) AS "EXPR$0" FROM c'
     )
 
 
