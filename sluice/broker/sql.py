@@ -28,6 +28,7 @@ from sluice.broker.functions import TIME_COLUMN, DruidDialect, Session, Zone, is
 from sluice.broker.intervals import table_intervals, unite
 from sluice.broker.scalar_functions import constant_pi, unsupported_reason
 from sluice.broker.system_tables import DRUID_SCHEMA, SystemTable, find_system_table, is_system_schema
+from sluice.broker.time_groups import group_time_buckets
 from sluice.segment.segment import Interval
 
 __all__ = ["DUCKDB_SETTINGS", "TIME_COLUMN", "QueryContext", "SqlError", "Translation", "translate", "translate_query"]
@@ -124,6 +125,7 @@ def translate_query(sql: str, tables: Collection[str], context: Mapping[str, Any
     constant_pi(statement)
     _name_projections(statement)
     rewrite_druid_functions(statement, query_context.session)
+    group_time_buckets(statement)
     if query_context.outer_limit is not None:
         statement = _limit(statement, query_context.outer_limit)
     return Translation(

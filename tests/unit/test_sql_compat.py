@@ -403,3 +403,26 @@ def test_time_floor_buckets_from_druids_origin(druid, duckdb_reference) -> None:
                        "AS __time FROM range(3000) r(i)")
     translated = translate_query(f"SELECT {druid} FROM t", {"t"}).sql
     assert connection.execute(translated).fetchall() == connection.execute(f"SELECT {duckdb_reference} FROM t").fetchall()
+
+
+@pytest.mark.parametrize("druid, reference", [
+    ("SELECT FLOOR(__time TO HOUR) AS h, COUNT(*) AS n FROM t GROUP BY 1 ORDER BY 1",
+     "SELECT date_trunc('hour', __time) AS h, COUNT(*) AS n FROM t GROUP BY 1 ORDER BY 1"),
+    ("SELECT TIME_FLOOR(__time, 'PT1M') AS m, k, SUM(v) AS s FROM t GROUP BY TIME_FLOOR(__time, 'PT1M'), k "
+     "HAVING TIME_FLOOR(__time, 'PT1M') < TIMESTAMP '1970-01-03' ORDER BY TIME_FLOOR(__time, 'PT1M') DESC, k",
+     "SELECT date_trunc('minute', __time) AS m, k, SUM(v) AS s FROM t GROUP BY 1, 2 "
+     "HAVING date_trunc('minute', __time) < TIMESTAMP '1970-01-03' ORDER BY 1 DESC, 2"),
+    ("SELECT COUNT(*) AS n, FLOOR(__time TO DAY) AS d FROM t GROUP BY 2 ORDER BY 2",
+     "SELECT COUNT(*) AS n, date_trunc('day', __time) AS d FROM t GROUP BY 2 ORDER BY 2"),
+    ("SELECT d, SUM(n) AS n FROM (SELECT FLOOR(__time TO SECOND) AS d, COUNT(*) AS n FROM t GROUP BY 1) GROUP BY 1 "
+     "ORDER BY 1 LIMIT 50",
+     "SELECT date_trunc('second', __time) AS d, COUNT(*) AS n FROM t GROUP BY 1 ORDER BY 1 LIMIT 50"),
+])
+def test_groups_by_a_fixed_time_floor_are_the_same_groups_on_bucket_numbers(druid, reference) -> None:
+    """GROUP BY a UTC floor of __time runs on integer bucket numbers (faster): the same rows, before the epoch too."""
+    connection = duckdb.connect()
+    connection.execute("CREATE TABLE t AS SELECT TIMESTAMP '1969-12-28 13:47:31.123' + INTERVAL (i * 3571) SECOND "
+                       "AS __time, i % 3 AS k, i AS v FROM range(3000) r(i)")
+    translated = translate_query(druid, {"t"}).sql
+    assert "EPOCH_US" in translated and "DATE_TRUNC" not in translated
+    assert connection.execute(translated).fetchall() == connection.execute(reference).fetchall()
