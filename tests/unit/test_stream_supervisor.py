@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -123,14 +122,6 @@ def spec_json(**io: Any) -> dict[str, Any]:
                      "consumerProperties": {"bootstrap.servers": "localhost:9092"},
                      "startDelay": "PT1H", "period": "PT1H", **io},  # runs only when the test asks
         "tuningConfig": {"type": "kafka"}}}
-
-
-@pytest.fixture
-def metadata(tmp_path: Path) -> Iterator[MetadataStore]:
-    store = MetadataStore(f"sqlite:///{tmp_path / 'metadata.db'}")
-    store.create_tables()
-    yield store
-    store.close()
 
 
 class Harness:

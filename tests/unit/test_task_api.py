@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -30,14 +28,6 @@ class IdleRunner:
     def client(self, task_id: str) -> Any: return None
     def shutdown(self, task_id: str, reason: str) -> None: ...
     def add_listener(self, listener: Callable[[TaskStatus], None]) -> None: ...
-
-
-@pytest.fixture
-def metadata(tmp_path: Path) -> Iterator[MetadataStore]:
-    store = MetadataStore(f"sqlite:///{tmp_path / 'metadata.db'}")
-    store.create_tables()
-    yield store
-    store.close()
 
 
 def client(metadata: MetadataStore, max_size: int = 2**31 - 1) -> tuple[TestClient, TaskQueue]:
