@@ -3,12 +3,12 @@
 It has `capacity` slots and runs each task it is assigned as a peon process in its own directory,
 `<base task dir>/<task id>` (task.json, lock, log, status.json). As Druid's TaskStorageDirTracker does with
 `druid.worker.baseTaskDirs`, slot i keeps its tasks in base task dir i mod n, and a task takes the lowest free
-slot, so tasks spread over the base dirs (a disk each, say) and one disk never holds more than its share. It reports every task's status and
-location to whoever asks (the overlord polls), and shuts tasks down on request (they end FAILED). When it
-stops, its peons stop gracefully: a task that can resume keeps what it read, uncommitted. When it starts
-again it finds the tasks it ran before: those whose peon still holds its lock are adopted (such a peon is
-stopping, since its worker died; when it exits without a status its task is restored), the finished ones
-are reported from their status.json, the ones that can resume are started again in new peons (Druid's
+slot, so tasks spread over the base dirs (a disk each, say) and no dir holds more than its share. It reports every
+task's status and location to whoever asks (the overlord polls), and shuts tasks down on request (they end
+FAILED). When it stops, its peons stop gracefully: a task that can resume keeps what it read, uncommitted. When it
+starts again it finds the tasks it ran before: those whose peon still holds its lock are adopted (such a peon is
+stopping, since its worker died; when it exits without a status its task is restored), the finished ones are
+reported from their status.json, the ones that can resume are started again in new peons (Druid's
 restoreTasksOnRestart; they pick up from their task directory), and the rest are reported failed.
 """
 
@@ -23,8 +23,8 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
