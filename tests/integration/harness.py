@@ -55,6 +55,11 @@ def active_tasks(http: httpx.Client, spec_id: str) -> list[dict[str, Any]]:
     return http.get(f"/druid/indexer/v1/supervisor/{spec_id}/status").json()["payload"]["activeTasks"]
 
 
+def read_up_to(http: httpx.Client, spec_id: str, offsets: dict[int, int]) -> bool:
+    """The supervisor has one reading task, and it has read up to `offsets` exactly."""
+    return [t["currentOffsets"] for t in active_tasks(http, spec_id)] == [{str(p): o for p, o in offsets.items()}]
+
+
 def reading(http: httpx.Client, spec_id: str) -> bool:
     """Some reading task of the supervisor has moved past its starting offsets."""
     return any(sum((t["currentOffsets"] or {}).values()) > sum(t["startingOffsets"].values())

@@ -18,7 +18,9 @@ import pytest
 from sluice.dev.sample_data import generate, produce
 from sluice.metadata.store import MetadataStore
 from sluice.server.node import Node, NodeConfig
-from tests.integration.harness import committed_offsets, free_port, sql, supervisor_spec, wait_for
+from tests.integration.harness import (
+    active_tasks, committed_offsets, free_port, read_up_to, sql, supervisor_spec, wait_for,
+)
 from tests.integration.processes import SluiceProcess
 
 TASKS = "/druid/indexer/v1"
@@ -44,37 +46,39 @@ def test_kill_9_of_sluice_start_then_a_restart_resumes_the_task_where_it_was(kaf
     topic, ds = f"wiki-kill9-{run}", f"wiki_kill9_{run}"
     kafka_broker.create_topic(topic, 2)
     records = generate(40_000, seed=51 + 100 * run)
-    end_offsets = produce(kafka_broker.bootstrap_servers, topic, records, 2)
+    first_end = produce(kafka_broker.bootstrap_servers, topic, records[:10_000], 2)
     spec = supervisor_spec(ds, topic, kafka_broker.bootstrap_servers, taskCount=1, taskDuration="PT1H")
-    # checkpoints every 9k rows commit sequence after sequence while the task reads on; the last sequence is
-    # committed only at terminate, so the kill always finds something read and not committed
-    spec["spec"]["tuningConfig"].update({"maxRowsInMemory": 3_000, "maxTotalRows": 9_000})
+    spec["spec"]["tuningConfig"]["maxRowsInMemory"] = 3_000
     uri = f"sqlite:///{tmp_path / 'metadata.db'}"
     metadata = MetadataStore(uri)
     node = SluiceProcess("start", tmp_path, uri, "--spark-master", "local[2]").start(timeout=120)
     try:
         with node.client() as http:
             assert http.post("/druid/indexer/v1/supervisor", json=spec).status_code == 200
-            wait_for(lambda: 0 < sum(stored_offsets(metadata, ds).values()), 120, "a first sequence committed")
-            [interrupted] = [t["id"] for t in tasks_of(http, ds, "running")]
-        node.kill()  # SIGKILL: no shutdown hook, a read or a publish may be half done
-        assert 0 < sum(stored_offsets(metadata, ds).values()) < sum(end_offsets.values())
+            # a first task group reads the first part and is handed off; the next one reads the rest, and is killed
+            # while it reads: it commits nothing before terminate, so the kill always interrupts uncommitted rows
+            wait_for(lambda: read_up_to(http, ds, first_end), 120, "the first part read")
+            assert http.post(f"/druid/indexer/v1/supervisor/{ds}/taskGroups/handoff",
+                             json={"taskGroupIds": [0]}).status_code == 200
+            wait_for(lambda: stored_offsets(metadata, ds) == first_end, 120, "the first part committed")
+            end_offsets = produce(kafka_broker.bootstrap_servers, topic, records[10_000:], 2)
+            wait_for(lambda: sum(first_end.values()) < sum(
+                sum((t["currentOffsets"] or {}).values()) for t in active_tasks(http, ds)), 60, "the rest being read")
+            [interrupted] = [t["id"] for t in active_tasks(http, ds)]
+        node.kill()  # SIGKILL: no shutdown hook, a read or a persist may be half done
+        assert stored_offsets(metadata, ds) == first_end
 
         node = SluiceProcess("start", tmp_path, uri, "--spark-master", "local[2]").start(timeout=120)
         with node.client() as http:
-            def read_to_the_end() -> bool:
-                active = http.get(f"/druid/indexer/v1/supervisor/{ds}/status").json()["payload"]["activeTasks"]
-                return [(t["id"], t["currentOffsets"]) for t in active] == [
-                    (interrupted, {str(p): o for p, o in end_offsets.items()})]
-
-            wait_for(read_to_the_end, 180, "the resumed task to read to the end")  # resumed, not replaced
-            assert [t for t in tasks_of(http, ds) if t["status"] == "FAILED"] == []
+            wait_for(lambda: read_up_to(http, ds, end_offsets), 180, "the resumed task to read to the end")
+            assert [t["id"] for t in active_tasks(http, ds)] == [interrupted]  # resumed, not replaced
             assert http.post(f"/druid/indexer/v1/supervisor/{ds}/terminate").status_code == 200
             wait_for(lambda: tasks_of(http, ds, "running") == [], 60, "the task to finish")
             assert stored_offsets(metadata, ds) == end_offsets
             valid = sum(r.kind == "valid" for r in records)
             assert sql(http, f'SELECT SUM("count") AS n FROM {ds}') == [{"n": valid}]
-            assert [(t["id"], t["status"]) for t in tasks_of(http, ds)] == [(interrupted, "SUCCESS")]
+            assert {t["id"]: t["status"] for t in tasks_of(http, ds)}[interrupted] == "SUCCESS"
+            assert [t for t in tasks_of(http, ds) if t["status"] != "SUCCESS"] == []
     finally:
         node.stop()
         metadata.close()

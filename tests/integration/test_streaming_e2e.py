@@ -16,7 +16,9 @@ import pytest
 
 from sluice.dev.sample_data import generate, produce
 from sluice.server.node import Node, NodeConfig
-from tests.integration.harness import EXAMPLE, active_tasks, committed_offsets, free_port, sql, supervisor_spec, wait_for
+from tests.integration.harness import (
+    EXAMPLE, active_tasks, committed_offsets, free_port, read_up_to, sql, supervisor_spec, wait_for,
+)
 
 def test_every_event_is_counted_exactly_once_across_task_generations(node, http, kafka_broker):
     topic = "wiki-e2e"
@@ -129,35 +131,37 @@ def test_too_many_parse_exceptions_fail_the_task_with_the_reason(node, http, kaf
 
 def test_a_node_restart_mid_ingestion_resumes_its_tasks_and_neither_loses_nor_doubles_rows(spark, kafka_broker,  # noqa: ARG001
                                                                                              tmp_path):
-    topic = "wiki-restart"
+    topic, ds = "wiki-restart", "wiki_restart"
     kafka_broker.create_topic(topic, 2)
     records = generate(40_000, seed=5)
-    end_offsets = produce(kafka_broker.bootstrap_servers, topic, records, 2)
-    spec = supervisor_spec("wiki_restart", topic, kafka_broker.bootstrap_servers, taskCount=1, taskDuration="PT1H")
-    # checkpoints publish all but the last sequence: a stop always finds rows read and not yet committed
-    spec["spec"]["tuningConfig"].update({"maxRowsInMemory": 4_000, "maxTotalRows": 15_000})
+    first_end = produce(kafka_broker.bootstrap_servers, topic, records[:20_000], 2)
+    spec = supervisor_spec(ds, topic, kafka_broker.bootstrap_servers, taskCount=1, taskDuration="PT1H")
+    spec["spec"]["tuningConfig"]["maxRowsInMemory"] = 4_000  # many persists per task
 
     config = NodeConfig(port=free_port(), work_dir=tmp_path / "node")
     first = Node(config)
     first.start()
     with httpx.Client(base_url=f"http://127.0.0.1:{config.port}", timeout=60) as client:
         assert client.post("/druid/indexer/v1/supervisor", json=spec).status_code == 200
-        wait_for(lambda: 0 < sum(committed_offsets(first, "wiki_restart").values())
-                 and [t["currentOffsets"] for t in active_tasks(client, "wiki_restart")]
-                 == [{str(p): o for p, o in end_offsets.items()}], 120, "a first publish and everything read")
-        interrupted = {t["id"] for t in client.get("/druid/indexer/v1/tasks",
-                                                   params={"datasource": "wiki_restart", "state": "running"}).json()}
-    first.stop()  # tasks stop gracefully: they keep what they read, uncommitted, to resume from
-    assert 0 < sum(committed_offsets(first, "wiki_restart").values()) < sum(end_offsets.values())
+        # the first half is read and handed off by the operator; the next group then reads the second half
+        wait_for(lambda: read_up_to(client, ds, first_end), 120, "the first half read")
+        assert client.post(f"/druid/indexer/v1/supervisor/{ds}/taskGroups/handoff",
+                           json={"taskGroupIds": [0]}).status_code == 200
+        wait_for(lambda: committed_offsets(first, ds) == first_end, 120, "the first half committed")
+        end_offsets = produce(kafka_broker.bootstrap_servers, topic, records[20_000:], 2)
+        wait_for(lambda: read_up_to(client, ds, end_offsets), 120, "the second half read")
+        interrupted = {t["id"] for t in active_tasks(client, ds)}
+    first.stop()  # the reading task stops gracefully: it keeps what it read, uncommitted, to resume from
+    assert committed_offsets(first, ds) == first_end
 
     second = Node(NodeConfig(port=free_port(), work_dir=config.work_dir))
-    second.start()  # the tasks resume from their task directories; the supervisor adopts them
+    second.start()  # the task resumes from its task directory; the supervisor adopts it
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{second.config.port}", timeout=60) as client:
-            wait_for(lambda: {t["id"] for t in active_tasks(client, "wiki_restart")} == interrupted, 120,
+            wait_for(lambda: {t["id"] for t in active_tasks(client, ds)} == interrupted, 120,
                      "the interrupted task to be adopted")
-            assert client.post("/druid/indexer/v1/supervisor/wiki_restart/terminate").status_code == 200
-            wait_for(lambda: committed_offsets(second, "wiki_restart") == end_offsets, 120, "the rest to be committed")
+            assert client.post(f"/druid/indexer/v1/supervisor/{ds}/terminate").status_code == 200
+            wait_for(lambda: committed_offsets(second, ds) == end_offsets, 120, "the rest to be committed")
             valid = sum(r.kind == "valid" for r in records)
             assert sql(client, 'SELECT SUM("count") AS n, COUNT(*) > 0 AS any FROM wiki_restart') == [
                 {"n": valid, "any": True}]
