@@ -213,11 +213,11 @@ def warm_up(spark: SparkSession, work_dir: Path) -> None:
                           "added": i}).encode() for i in range(200)] + [b"not json"]
     records = spark.createDataFrame([(0, offset, None, value) for offset, value in enumerate(values)], SCHEMA)
     pipeline = IngestPipeline(spark, compile_plan(schema), "warm_up", {"bootstrap.servers": "unused:9092"}, [0])
+    # the Kafka source's own Python workers (planning and reading), with a job that has no range to read
+    pipeline.read({}).write.format("noop").mode("overwrite").save()
+    spark.sparkContext.setLocalProperty(JOB_RANGES, None)
     pipeline.read = lambda ranges: records  # type: ignore[method-assign]
     for rollup in (True, False):
         pipeline.read_and_persist({0: (0, len(values))}, work_dir / f"persist-{rollup}", rollup)
     pipeline.merge([work_dir / "persist-True", work_dir / "persist-False"], parse_granularity("HOUR"), 1000,
                    work_dir / "staging")
-    # and the Kafka source's own Python workers (planning and reading), with a job that has no range to read
-    spark.sparkContext.setLocalProperty(JOB_RANGES, None)
-    spark.read.format(SOURCE_NAME).options(**pipeline._source_options).load().write.format("noop").mode("overwrite").save()
