@@ -40,7 +40,7 @@ from sluice.task.meters import (BUILD_SEGMENTS, ParseExceptionReport, RowIngesti
                                 ingestion_metrics)
 from sluice.task.offsets import next_ranges
 from sluice.task.publisher import SequencePublisher, already_committed
-from sluice.task.rollup_policy import PersistRollup
+from sluice.task.rollup_policy import PersistMode, PersistRollup
 from sluice.task.sequences import HandoffLimits, SequenceMetadata, initial_sequences
 from sluice.task.stats import RowStats
 from sluice.task.task import TaskFailure, TaskStatus, write_task_file
@@ -482,9 +482,10 @@ class KafkaIndexTask:
                 return
             self._reading = True
             epoch = self._read_epoch
-        rollup = self._persist_rollup.next_persist_rolls_up()
+        mode = (self._persist_rollup.next_persist() if self.spec.ingestion.data_schema.granularity_spec.rollup
+                else PersistMode(rollup=False, count_keys=False))
         try:
-            result = pipeline.read_and_persist(ranges, directory, rollup)
+            result = pipeline.read_and_persist(ranges, directory, mode.rollup, mode.count_keys)
             bucket_rows = pipeline.bucket_rows(directory, self.spec.ingestion.data_schema.granularity_spec
                                                .segment_granularity)
         except Exception:
@@ -502,8 +503,8 @@ class KafkaIndexTask:
                 shutil.rmtree(directory, ignore_errors=True)  # an abandoned read: never persisted, offsets unmoved
                 return
             self._persist_count += 1
-            self._persist_rollup.measured(rollup, result.stats.processed + result.stats.processed_with_error,
-                                          sum(bucket_rows.values()))
+            self._persist_rollup.measured(result.stats.processed + result.stats.processed_with_error,
+                                          sum(bucket_rows.values()) if mode.rollup else result.rollup_keys)
             self._sequences = sequences.add_persist(self._sequences, sequence_id, relative, bucket_rows)
             self.meters.add(result.stats)
             self._current.update({p: stop for p, (_, stop) in ranges.items()})

@@ -32,7 +32,8 @@ class SequenceMetadata:
     #: the persist directories holding the rows read for it (relative to the task directory), in order
     persists: tuple[str, ...] = ()
     #: rows in its persists, per segment-granularity bucket (epoch millis): maxRowsPerSegment's measure. Rolled-up
-    #: rows, or nearly: a persist leaves rollup to the merge only when it would hardly shrink (rollup_policy.py)
+    #: rows, or nearly: a persist leaves rollup to the merge when it would hardly shrink, and a task's first
+    #: persist measures before it rolls up (rollup_policy.py)
     bucket_rows: Mapping[int, int] = field(default_factory=dict)
     #: its segments and its offsets are committed (by this task or by a replica)
     published: bool = False

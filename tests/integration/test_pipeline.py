@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -305,6 +306,24 @@ def test_rollup_groups_by_every_dimension_and_null_is_a_value(spark):
         {"__time": ms("2024-01-01"), "page": "a", "user": "v", "n": 1},
         {"__time": ms("2024-01-01"), "page": "a", "user": None, "n": 2},
     ]
+
+
+def test_a_persist_not_rolled_up_can_count_the_rows_it_would_roll_up_into(spark, tmp_path):
+    """What rollup_policy decides on instead of a shuffle: the distinct keys of the rows kept, not of the
+    unparseable or filtered ones."""
+    p = pipeline(spark, dimensionsSpec={"dimensions": ["page", "user"]}, metricsSpec=[{"type": "count", "name": "n"}],
+                 granularitySpec={"queryGranularity": "HOUR"}, transformSpec={"filter": {
+                     "type": "not", "field": {"type": "selector", "dimension": "page", "value": "dropped"}}})
+    values = [event("2024-01-01T05:00:00Z", page="a", user="u"), event("2024-01-01T05:59:00Z", page="a", user="u"),
+              event("2024-01-01T05:10:00Z", page="a"), event("2024-01-01T05:20:00Z", page="a", user=None),
+              event("2024-01-01T06:00:00Z", page="a", user="u"), event("2024-01-01T05:00:00Z", page="b", user="u"),
+              event("2024-01-01T05:00:00Z", page="dropped", user="x"), "not json"]
+    counted = persist(p, values, tmp_path / "counted", rollup=False)
+    assert counted.rollup_keys is None  # not asked for
+    result = p.read_and_persist({0: (0, len(values))}, tmp_path / "keys", rollup=False, count_keys=True)
+    assert (result.stats.processed, result.stats.thrown_away, result.stats.unparseable) == (6, 1, 1)
+    assert result.rollup_keys == 4  # (05:00, a, u), (05:00, a, null), (06:00, a, u), (05:00, b, u)
+    assert pq.read_table(tmp_path / "keys").num_rows == 6  # written as read
 
 
 def test_without_rollup_every_event_is_a_row(spark):
