@@ -112,7 +112,7 @@ def free_port() -> int:
 
 # ------------------------------------------------------------------------------------------------ memory
 
-def _role(process: psutil.Process, root_pid: int) -> str:
+def process_role(process: psutil.Process, root_pid: int) -> str:
     """Which part of a Spark process tree a process is: the driver, the JVM, or Spark's Python workers.
 
     Read from the command line, which stays put, where a process's name can read differently mid-exit.
@@ -186,7 +186,7 @@ class RssSampler:
                     self._cpu_by_pid[process.pid] = cpu.user + cpu.system
             except psutil.Error:
                 continue
-            role = _role(process, self.pid)
+            role = process_role(process, self.pid)
             by_role[role] = by_role.get(role, 0) + rss
             count_by_role[role] = count_by_role.get(role, 0) + 1
             if role == "other" and rss > 100 * MB:

@@ -42,6 +42,7 @@ BENCHMARKS: list[tuple[str, list[str], list[str]]] = [
      ["--rows", "50000", "--days", "1", "--reps", "2", "--spark-reps", "1"]),
     ("memory", ["--events", "500000", "--settings", "20000,150000"],
      ["--events", "10000", "--settings", "5000", "--task-duration", "PT3S"]),
+    ("stages", ["--events", "1000000"], ["--events", "20000"]),
 ]
 
 
@@ -231,6 +232,20 @@ def summarize(results: dict[str, Any], console: Console) -> dict[str, Any]:
                           f"{_n(roles.get('driver'))} / {_n(roles.get('jvm'))} / {_n(roles.get('python_workers'))}",
                           _n(run.get("mean_rows_per_job")), _n(run.get("mean_job_s"), 2),
                           _n(run["submit_to_queryable_s"], 1))
+        console.print(table)
+
+    stages = results.get("stages", {})
+    if "stages" in stages:
+        table = Table(title=f"CPU per event, stage by stage: {stages['events']:,} events, one job over every offset "
+                            f"(budget for (c) >= 1.2 x (a) on {stages['machine']['cpus']} cores: "
+                            f"{_n(stages['core_us_per_event_budget_for_1.2x_python'], 1)} core-µs)", title_justify="left")
+        roles = ("driver", "broker", "python_workers", "jvm")
+        for column in ("stage", "events/s", *(f"{role} µs" for role in roles), "total core-µs"):
+            table.add_column(column, justify="left" if column == "stage" else "right")
+        for name, figures in stages["stages"].items():
+            per_role = figures["core_us_per_event"]
+            table.add_row(name, _n(figures["events_per_s"]), *(_n(per_role.get(role), 2) for role in roles),
+                          _n(figures["core_us_per_event_total"], 2))
         console.print(table)
 
     for name, result in results.items():
