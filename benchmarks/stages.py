@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -76,37 +77,40 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from sluice.task.pipeline import IngestPipeline, warm_up
 
     work = Path(tempfile.mkdtemp(prefix="sluice-bench-stages-"))
-    with DevKafkaBroker(log_dir=work) as broker:
-        broker.create_topic(TOPIC, PARTITIONS)
-        log(f"producing {args.events:,} events")
-        ends = produce(broker.bootstrap_servers, TOPIC, generate(args.events, seed=args.seed), PARTITIONS)
-        events = sum(ends.values())
-        ranges = {p: (0, end) for p, end in ends.items()}
-        stages: dict[str, Any] = {"python": measure(events, lambda: consume_python(broker.bootstrap_servers, TOPIC, ends))}
+    try:
+        with DevKafkaBroker(log_dir=work) as broker:
+            broker.create_topic(TOPIC, PARTITIONS)
+            log(f"producing {args.events:,} events")
+            ends = produce(broker.bootstrap_servers, TOPIC, generate(args.events, seed=args.seed), PARTITIONS)
+            events = sum(ends.values())
+            ranges = {p: (0, end) for p, end in ends.items()}
+            stages: dict[str, Any] = {
+                "python": measure(events, lambda: consume_python(broker.bootstrap_servers, TOPIC, ends))}
 
-        spark = spark_session.get_or_create(app_name="bench-stages")
-        kafka_source.register(spark)
-        warm_up(spark, work / "warm-up")
-        spec = example_spec(broker.bootstrap_servers, TOPIC, TOPIC)
-        plan = compile_plan(DataSchema.model_validate(spec["spec"]["dataSchema"]))
-        pipeline = IngestPipeline(spark, plan, TOPIC, {"bootstrap.servers": broker.bootstrap_servers}, list(ends))
+            spark = spark_session.get_or_create(app_name="bench-stages")
+            kafka_source.register(spark)
+            warm_up(spark, work / "warm-up")
+            spec = example_spec(broker.bootstrap_servers, TOPIC, TOPIC)
+            plan = compile_plan(DataSchema.model_validate(spec["spec"]["dataSchema"]))
+            pipeline = IngestPipeline(spark, plan, TOPIC, {"bootstrap.servers": broker.bootstrap_servers}, list(ends))
 
-        def noop(df: Any) -> None:
-            df.write.format("noop").mode("overwrite").save()
+            def noop(df: Any) -> None:
+                df.write.format("noop").mode("overwrite").save()
 
-        jobs: dict[str, Callable[[], object]] = {
-            "read": lambda: noop(pipeline.read(ranges)),
-            "parse": lambda: noop(pipeline.read(ranges).select(
-                F.from_json(F.col("value").cast("string"), plan.json_schema_ddl).alias("r")).select("r.*")),
-            "typed": lambda: noop(pipeline.typed_rows(pipeline.read(ranges))),
-            "persist": lambda: pipeline.read_and_persist(ranges, work / "persist", rollup=False),
-            "rollup": lambda: pipeline.read_and_persist(ranges, work / "rollup", rollup=True),
-        }
-        for name, job in jobs.items():
-            log(f"stage {name}")
-            stages[name] = measure(events, job)
-        spark.stop()
-
+            jobs: dict[str, Callable[[], object]] = {
+                "read": lambda: noop(pipeline.read(ranges)),
+                "parse": lambda: noop(pipeline.read(ranges).select(
+                    F.from_json(F.col("value").cast("string"), plan.json_schema_ddl).alias("r")).select("r.*")),
+                "typed": lambda: noop(pipeline.typed_rows(pipeline.read(ranges))),
+                "persist": lambda: pipeline.read_and_persist(ranges, work / "persist", rollup=False),
+                "rollup": lambda: pipeline.read_and_persist(ranges, work / "rollup", rollup=True),
+            }
+            for name, job in jobs.items():
+                log(f"stage {name}")
+                stages[name] = measure(events, job)
+            spark.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # the broker's log and a persist of every offset, twice
     python_us = stages["python"]["wall_s"] / events * 1e6
     return {
         "benchmark": "stages", "events": events, "partitions": PARTITIONS, "stages": stages,
