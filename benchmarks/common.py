@@ -473,6 +473,19 @@ def ingest_until_queryable(
     return timeline
 
 
+def terminate_supervisor(node: SluiceNode, data_source: str, timeout: float = 120.0) -> None:
+    """Terminate a supervisor and wait until its tasks have published and exited, so that whatever is measured
+    next on the node does not share the CPU with them."""
+    with httpx.Client(base_url=node.base_url, timeout=30.0) as http:
+        http.post(f"/druid/indexer/v1/supervisor/{data_source}/terminate").raise_for_status()
+        deadline = time.monotonic() + timeout
+        while any(task["statusCode"] == "RUNNING"
+                  for task in http.get("/druid/indexer/v1/tasks", params={"datasource": data_source}).json()):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the tasks of {data_source} still run {timeout}s after terminate\n{node.log_tail()}")
+            time.sleep(0.25)
+
+
 def task_row_stats(http: httpx.Client, data_source: str) -> dict[str, int]:
     """Druid's rowStats summed over the data source's tasks (from their reports), and the task count per
     status: a processed total above the events read means a task was killed and its range read again."""

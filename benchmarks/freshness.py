@@ -34,7 +34,7 @@ import httpx
 
 from common import (
     RssSampler, SluiceNode, emit, example_spec, ingest_until_queryable, log, machine, percentile, sql_rows,
-    weighted_percentile,
+    terminate_supervisor, weighted_percentile,
 )
 
 TOPIC = "edits"
@@ -151,7 +151,8 @@ def produce_steadily(bootstrap: str, tails: list[bytes], rate: int, seconds: flo
 
 
 def warm_up(node: SluiceNode, bootstrap: str, create_topic: Any, events: int, seed: int) -> float:
-    """Ingest ``events`` sample events through a throw-away supervisor until queryable, then terminate it."""
+    """Ingest ``events`` sample events through a throw-away supervisor until queryable, then terminate it and
+    wait for its tasks to publish and exit."""
     from sluice.dev.sample_data import generate, produce
 
     began = time.monotonic()
@@ -160,8 +161,7 @@ def warm_up(node: SluiceNode, bootstrap: str, create_topic: Any, events: int, se
     ends = produce(bootstrap, "warmup", records, PARTITIONS)
     spec = example_spec(bootstrap, "warmup", "warmup", io_config={"taskDuration": "PT5S"})
     ingest_until_queryable(node, spec, sum(ends.values()), sum(r.kind == "valid" for r in records), timeout=300)
-    with httpx.Client(base_url=node.base_url, timeout=60.0) as http:
-        http.post("/druid/indexer/v1/supervisor/warmup/terminate").raise_for_status()
+    terminate_supervisor(node, "warmup")
     return time.monotonic() - began
 
 
