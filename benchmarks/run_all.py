@@ -26,6 +26,7 @@ from typing import Any
 
 import psutil
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 HERE = Path(__file__).resolve().parent
@@ -151,7 +152,8 @@ def summarize(results: dict[str, Any], console: Console) -> dict[str, Any]:
                       _n(b.get("cpu_s"), 1))
         table.add_row("(b) PySpark job, warm", _n(b.get("warm_events_per_s")),
                       f"second run ({_n(b.get('warm_s'), 1)} s)", "", "")
-        for run, how in (("cold", "the node's first supervisor"), ("warm", "a second one, same offsets")):
+        for run, how in (("cold", "the node's first supervisor; RSS and CPU: both runs"),
+                         ("warm", "a second one, same offsets")):
             figures = c.get(run, {})
             # the node's process tree over both runs
             tree = (_n(c.get("peak_rss_mb")), _n(c.get("cpu_s"), 1)) if run == "cold" else ("", "")
@@ -267,7 +269,7 @@ def summarize(results: dict[str, Any], console: Console) -> dict[str, Any]:
         table.add_column("target")
         table.add_column("result")
         for target, ok in targets.items():
-            table.add_row(target, _target(ok))
+            table.add_row(escape(target), _target(ok))  # its [brackets] are not rich markup
         console.print(table)
     return {target: ok for target, ok in targets.items()}
 
