@@ -160,7 +160,8 @@ def summarize(results: dict[str, Any], console: Console) -> dict[str, Any]:
             table.add_row(f"(c) Sluice {run}, steady reading", _n(figures.get("steady_events_per_s")),
                           f"10→90 % of offsets read, {how}", *tree)
             table.add_row(f"(c) Sluice {run}, submit → queryable", _n(figures.get("events_per_s")),
-                          f"{_n(figures.get('submit_to_queryable_s'), 1)} s, taskDuration {c.get('task_duration')}",
+                          f"{_n(figures.get('submit_to_queryable_s'), 1)} s; segments committed after "
+                          f"{_n(figures.get('time_to_committed_segments_s'), 1)} s",
                           "", "")
         console.print(table)
         r = ingest["ratios"]
