@@ -9,6 +9,9 @@ read Kafka, the dev broker that serves it, the driver), by running the task's ow
 
   read     the Kafka source alone (``sluice_kafka`` → noop)
   parse    + ``from_json`` of the fields the example spec reads
+  parse_in_worker
+           the alternative: the source's Python worker parses with pyarrow's JSON reader, ``from_json``
+           only gets the records pyarrow cannot take (see ``ParsedInWorkerSource``)
   typed    + timestamp, transforms, filter, casts and the row flags (``IngestPipeline.typed_rows``)
   persist  + row counters and the Parquet write of a persist that does not roll up (``read_and_persist``)
   rollup   a persist that rolls up (a shuffle of every row)
@@ -24,16 +27,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
 from common import emit, example_spec, log, machine, process_role
 from ingest import consume_python
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.types import BooleanType, StringType, StructField, StructType
+
+from sluice.task.kafka_source import KafkaRangeDataSource
 
 TOPIC = "wikipedia"
 PARTITIONS = 4
@@ -66,6 +77,100 @@ def measure(events: int, job: Callable[[], object]) -> dict[str, Any]:
             "core_us_per_event_total": round(sum(per_event.values()), 2)}
 
 
+#: the types pyarrow's JSON reader infers whose text is what from_json gives a STRING field (a double is not:
+#: 1.50 would come back as "1.5", and an integer column that met a fraction turns double)
+_TEXT_TYPES = (pa.string(), pa.int64(), pa.bool_(), pa.null())
+_ERROR_ROW = re.compile(r" in row (\d+)$")
+#: records per read: a failed read is read again up to its bad record, so short runs waste little work
+_RUN_RECORDS = 1_000
+
+
+def read_json_lines(values: list[bytes]) -> pa.Table:
+    """One table row per record; raises ArrowInvalid, naming the row, at the first record pyarrow cannot take."""
+    text = b"\n".join(values)
+    if text.count(b"\n") != len(values) - 1:
+        raise pa.ArrowInvalid("a record spans lines")
+    # one block, so that the row an error names counts from the first record
+    table = pj.read_json(pa.BufferReader(text), read_options=pj.ReadOptions(use_threads=False, block_size=len(text) + 1))
+    if table.num_rows != len(values):
+        raise pa.ArrowInvalid("an empty record")
+    return table
+
+
+def parse_in_worker(values: list[bytes], fields: list[str]) -> tuple[pa.Array, list[pa.Array]]:
+    """(parsed, one STRING column per field) for a batch of records. pyarrow fails a whole read at its first bad
+    record, so the batch is read in short runs, and a failed run again up to its bad record; a bad record, and
+    any record with a field of another type, is left unparsed, for from_json (so is a run whose error names no
+    row)."""
+    parsed: list[pa.Array] = []
+    columns: list[list[pa.Array]] = [[] for _ in fields]
+
+    def take(table: pa.Table) -> None:
+        ok = pa.array([True] * table.num_rows)
+        for field, column in zip(fields, columns, strict=True):
+            value = table.column(field).combine_chunks() if field in table.column_names else None
+            if value is None or value.type in _TEXT_TYPES:
+                column.append(value.cast(pa.string()) if value is not None else pa.nulls(table.num_rows, pa.string()))
+            else:
+                ok = pc.and_(ok, pc.is_null(value))
+                column.append(pa.nulls(table.num_rows, pa.string()))
+        parsed.append(ok)
+
+    def leave(count: int) -> None:
+        parsed.append(pa.array([False] * count))
+        for column in columns:
+            column.append(pa.nulls(count, pa.string()))
+
+    start = 0
+    while start < len(values):
+        end = min(start + _RUN_RECORDS, len(values))
+        try:
+            take(read_json_lines(values[start:end]))
+            start = end
+        except pa.ArrowInvalid as error:
+            row = _ERROR_ROW.search(str(error))
+            bad = start + int(row.group(1)) if row else end - 1
+            if row and bad > start:
+                take(read_json_lines(values[start:bad]))
+            leave(bad + 1 - start if row is None else 1)
+            start = bad + 1
+    return pa.concat_arrays(parsed), [pa.concat_arrays(column) for column in columns]
+
+
+class ParsedInWorkerSource(KafkaRangeDataSource):
+    """``sluice_kafka`` whose Python worker also parses the records: the lever left on issue 6, measured. Its
+    rows carry ``parsed`` and the option ``fields`` as STRING columns, filled where ``parsed`` is true."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "sluice_kafka_parsed_in_worker"
+
+    def schema(self) -> StructType:
+        fields = [StructField("parsed", BooleanType()), *(StructField(f, StringType()) for f in self._fields())]
+        return StructType([*super().schema().fields, *fields])
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _ParsedInWorkerReader(super().reader(schema), self._fields(), schema)
+
+    def _fields(self) -> list[str]:
+        return json.loads(self.options["fields"])
+
+
+class _ParsedInWorkerReader(DataSourceReader):
+    def __init__(self, records: DataSourceReader, fields: list[str], schema: StructType) -> None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        self.records, self.fields, self.arrow_schema = records, fields, to_arrow_schema(schema, timezone="UTC")
+
+    def partitions(self) -> list[InputPartition]:
+        return self.records.partitions()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        for batch in self.records.read(partition):
+            parsed, columns = parse_in_worker(batch.column("value").to_pylist(), self.fields)
+            yield pa.RecordBatch.from_arrays([*batch.columns, parsed, *columns], schema=self.arrow_schema)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
@@ -89,6 +194,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
             spark = spark_session.get_or_create(app_name="bench-stages")
             kafka_source.register(spark)
+            spark.dataSource.register(ParsedInWorkerSource)
             warm_up(spark, work / "warm-up")
             spec = example_spec(broker.bootstrap_servers, TOPIC, TOPIC)
             plan = compile_plan(DataSchema.model_validate(spec["spec"]["dataSchema"]))
@@ -97,10 +203,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             def noop(df: Any) -> None:
                 df.write.format("noop").mode("overwrite").save()
 
+            fields = [field.name for field in StructType.fromDDL(plan.json_schema_ddl).fields]
+
+            def parsed_in_worker() -> Any:
+                rows = (spark.read.format(ParsedInWorkerSource.name())
+                        .options(topic=TOPIC, consumerProperties=json.dumps({"bootstrap.servers": broker.bootstrap_servers}),
+                                 ranges=json.dumps({str(p): list(r) for p, r in ranges.items()}), fields=json.dumps(fields))
+                        .load())
+                left = F.when(~F.col("parsed"), F.from_json(F.col("value").cast("string"), plan.json_schema_ddl))
+                rows = rows.select(*fields, left.alias("__left"))
+                return rows.select(*(F.coalesce(F.col(f), F.col("__left").getField(f)).alias(f) for f in fields))
+
+            def parsed_in_jvm() -> Any:
+                return pipeline.read(ranges).select(
+                    F.from_json(F.col("value").cast("string"), plan.json_schema_ddl).alias("r")).select("r.*")
+
             jobs: dict[str, Callable[[], object]] = {
                 "read": lambda: noop(pipeline.read(ranges)),
-                "parse": lambda: noop(pipeline.read(ranges).select(
-                    F.from_json(F.col("value").cast("string"), plan.json_schema_ddl).alias("r")).select("r.*")),
+                "parse": lambda: noop(parsed_in_jvm()),
+                "parse_in_worker": lambda: noop(parsed_in_worker()),
                 "typed": lambda: noop(pipeline.typed_rows(pipeline.read(ranges))),
                 "persist": lambda: pipeline.read_and_persist(ranges, work / "persist", rollup=False),
                 "rollup": lambda: pipeline.read_and_persist(ranges, work / "rollup", rollup=True),
@@ -108,12 +229,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for name, job in jobs.items():
                 log(f"stage {name}")
                 stages[name] = measure(events, job)
+            # the alternative is only worth its figure if it parses exactly as from_json does
+            parse_in_worker_differs = parsed_in_worker().exceptAll(parsed_in_jvm()).count() + parsed_in_jvm().exceptAll(
+                parsed_in_worker()).count()
             spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)  # the broker's log and a persist of every offset, twice
     python_us = stages["python"]["wall_s"] / events * 1e6
     return {
         "benchmark": "stages", "events": events, "partitions": PARTITIONS, "stages": stages,
+        "parse_in_worker_rows_differing_from_parse": parse_in_worker_differs,
         # what Sluice may spend on both cores for its reading rate to be 1.2 x the Python thread's
         "core_us_per_event_budget_for_1.2x_python": round(os.cpu_count() * python_us / 1.2, 2),
         "machine": machine(),
