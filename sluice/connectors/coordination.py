@@ -1,0 +1,187 @@
+"""The driver's side of a read: one coordinator, its context, and the readers as the coordinator sees them.
+
+`CoordinatorHost` keeps what BitSail's runtime keeps around a coordinator: which readers are registered, what
+was assigned to each since the last completed checkpoint, and each reader's mailbox (splits, the no-more-splits
+signal, events) until the reader fetches it. Every coordinator call happens under one lock, which makes it the
+"coordinator thread" the contract promises.
+
+Readers are Spark tasks, and a Spark task that fails is run again as a new attempt of the same index. A reader
+that registers with a newer attempt than before therefore failed: everything assigned to the older attempt
+since the last checkpoint went down with that attempt's output, so it is given back to the coordinator
+(`add_splits_back`) before the new attempt is added (`add_reader`). That is how a failed reader's splits are
+read again, exactly once in the committed output.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from sluice.connectors.api import CoordinatorContext, Source, SplitCoordinator, SplitT, StateT
+
+T = TypeVar("T")
+
+
+@dataclass
+class Mailbox(Generic[SplitT]):
+    """What waits for one reader: fetched (and emptied) by the reader's `poll`."""
+
+    splits: list[SplitT] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    no_more_splits: bool = False
+
+
+@dataclass
+class _Reader(Generic[SplitT]):
+    attempt: int
+    #: everything assigned to this reader since the last completed checkpoint
+    assigned: list[SplitT] = field(default_factory=list)
+    mailbox: Mailbox[SplitT] = field(default_factory=Mailbox)
+
+
+class CoordinatorHost(CoordinatorContext[SplitT, StateT]):
+    def __init__(self, source: Source[SplitT, StateT], parallelism: int, restored: StateT | None = None) -> None:
+        if parallelism < 1:
+            raise ValueError(f"parallelism must be at least 1, got {parallelism}")
+        self.source = source
+        self._parallelism = parallelism
+        self._restored = restored
+        self._lock = threading.RLock()
+        self._readers: dict[int, _Reader[SplitT]] = {}
+        self._closed = threading.Event()
+        self._timers: list[threading.Thread] = []
+        self.coordinator: SplitCoordinator[SplitT, StateT] = source.create_split_coordinator(self)
+
+    # -- what the runtime calls, for the readers -------------------------------------------------------
+
+    def start(self) -> None:
+        with self._lock:
+            self.coordinator.start()
+
+    def register(self, reader: int, attempt: int = 0) -> None:
+        """A reader (attempt) starts. A newer attempt than the one registered means the older one failed."""
+        self._check_index(reader)
+        with self._lock:
+            known = self._readers.get(reader)
+            if known is not None and attempt <= known.attempt:
+                return  # the same attempt registering again (a retried request)
+            self._readers[reader] = _Reader(attempt)
+            if known is not None:
+                lost = known.assigned + known.mailbox.splits
+                lost = list({s.split_id: s for s in lost}.values())
+                if lost:
+                    self.coordinator.add_splits_back(lost, reader)
+            self.coordinator.add_reader(reader)
+
+    def poll(self, reader: int, attempt: int = 0) -> Mailbox[SplitT]:
+        """Take what waits for the reader; an attempt that is no longer the current one gets nothing more."""
+        with self._lock:
+            known = self._readers.get(reader)
+            if known is None or known.attempt != attempt:
+                return Mailbox(no_more_splits=True)
+            box, known.mailbox = known.mailbox, Mailbox()
+            known.mailbox.no_more_splits = box.no_more_splits
+            return box
+
+    def request_split(self, reader: int, hostname: str | None = None) -> None:
+        with self._lock:
+            self.coordinator.handle_split_request(reader, hostname)
+
+    def source_event(self, reader: int, event: dict[str, Any]) -> None:
+        with self._lock:
+            self.coordinator.handle_source_event(reader, event)
+
+    def checkpoint(self, checkpoint_id: int) -> StateT:
+        with self._lock:
+            return self.coordinator.snapshot_state(checkpoint_id)
+
+    def checkpoint_complete(self, checkpoint_id: int) -> None:
+        """The output of everything assigned so far is committed: nothing assigned before is ever given back."""
+        with self._lock:
+            for known in self._readers.values():
+                known.assigned.clear()
+            self.coordinator.notify_checkpoint_complete(checkpoint_id)
+
+    def assigned(self) -> dict[int, list[str]]:
+        """Split ids per reader since the last checkpoint (for logs and tests)."""
+        with self._lock:
+            return {r: [s.split_id for s in known.assigned] for r, known in sorted(self._readers.items())}
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._lock:
+            self.coordinator.close()
+
+    # -- the coordinator's context ---------------------------------------------------------------------
+
+    def is_restored(self) -> bool:
+        return self._restored is not None
+
+    def restore_state(self) -> StateT | None:
+        return self._restored
+
+    def total_parallelism(self) -> int:
+        return self._parallelism
+
+    def registered_readers(self) -> set[int]:
+        with self._lock:
+            return set(self._readers)
+
+    def assign_split(self, reader: int, split: SplitT) -> None:
+        self.assign_splits(reader, [split])
+
+    def assign_splits(self, reader: int, splits: Sequence[SplitT]) -> None:
+        with self._lock:
+            known = self._registered(reader)
+            if known.mailbox.no_more_splits:
+                raise RuntimeError(f"reader {reader} was told no more splits come; cannot assign it "
+                                   f"{[s.split_id for s in splits]}")
+            known.assigned.extend(splits)
+            known.mailbox.splits.extend(splits)
+
+    def signal_no_more_splits(self, reader: int) -> None:
+        with self._lock:
+            self._registered(reader).mailbox.no_more_splits = True
+
+    def send_event_to_source_reader(self, reader: int, event: dict[str, Any]) -> None:
+        with self._lock:
+            self._registered(reader).mailbox.events.append(event)
+
+    def run_async(self, call: Callable[[], T], handler: Callable[[T | None, BaseException | None], None],
+                  initial_delay: float, interval: float) -> None:
+        def loop() -> None:
+            if self._closed.wait(initial_delay):
+                return
+            while True:
+                self._call_and_handle(call, handler)
+                if interval <= 0 or self._closed.wait(interval):
+                    return
+
+        thread = threading.Thread(target=loop, name=f"{self.source.name}-coordinator-async", daemon=True)
+        self._timers.append(thread)
+        thread.start()
+
+    def run_async_once(self, call: Callable[[], T], handler: Callable[[T | None, BaseException | None], None]) -> None:
+        self.run_async(call, handler, 0, 0)
+
+    def _call_and_handle(self, call: Callable[[], T], handler: Callable[[T | None, BaseException | None], None]) -> None:
+        try:
+            result: T | None = call()
+            error: BaseException | None = None
+        except Exception as failure:  # noqa: BLE001 - the handler decides what an error means
+            result, error = None, failure
+        with self._lock:
+            if not self._closed.is_set():
+                handler(result, error)
+
+    def _registered(self, reader: int) -> _Reader[SplitT]:
+        known = self._readers.get(reader)
+        if known is None:
+            raise RuntimeError(f"reader {reader} is not registered; registered: {sorted(self._readers)}")
+        return known
+
+    def _check_index(self, reader: int) -> None:
+        if not 0 <= reader < self._parallelism:
+            raise ValueError(f"reader index {reader} is outside 0..{self._parallelism - 1}")
