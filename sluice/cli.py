@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--metadata-uri", help="sqlite:///… (default: <work-dir>/metadata.db) or "
                                                     "postgresql+psycopg://…")
         command.add_argument("--deep-storage", help="file:///… (default: <work-dir>/deep-storage) or s3://bucket/prefix")
-        command.add_argument("--spark-master", default="local[*]" if role is Role.ALL_IN_ONE else "local[2]",
+        command.add_argument("--spark-master", default="local[*,4]" if role is Role.ALL_IN_ONE else "local[2,4]",
                              help="the Spark master tasks run on")
         command.add_argument("--emitter", type=EmitterConfig.model_validate_json,
                              default=EmitterConfig(type="prometheus"),

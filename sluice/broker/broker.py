@@ -50,7 +50,7 @@ from sluice.segment.segment import ETERNITY, DataSegment, Interval, SegmentId
 from sluice.segment.timeline import VersionedIntervalTimeline
 
 if TYPE_CHECKING:
-    from sluice.task.kafka_index_task import RealtimeView
+    from sluice.realtime import RealtimeView
 
 #: What the running streaming tasks have persisted, one view per task (replicas included).
 RealtimeViews = Callable[[], Iterable["RealtimeView"]]

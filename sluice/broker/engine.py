@@ -27,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from datetime import time as time_of_day
 from functools import lru_cache, partial
 from typing import Any

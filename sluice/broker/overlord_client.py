@@ -15,8 +15,7 @@ from typing import Any
 
 import httpx
 
-from sluice.server.api_chat import CHAT_PREFIX
-from sluice.task.kafka_index_task import TASK_TYPE, RealtimeView
+from sluice.realtime import CHAT_PREFIX, RealtimeView
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +37,7 @@ class OverlordClient:
     def realtime_views(self) -> list[RealtimeView]:
         """What the running streaming tasks have persisted; a task that does not answer has none to show (a peon
         that just finished: its rows are committed, or never will be)."""
-        tasks = self._get("/druid/indexer/v1/tasks", {"state": "running", "type": TASK_TYPE}) or []
+        tasks = self._get("/druid/indexer/v1/tasks", {"state": "running"}) or []
         views = []
         for task in tasks:
             location = task.get("location") or {}
@@ -49,7 +48,7 @@ class OverlordClient:
                     f"http://{location['host']}:{location['port']}{CHAT_PREFIX}/{task['id']}/realtime")
             except httpx.HTTPError:
                 continue
-            if response.status_code == 200:
+            if response.status_code == 200:  # a task that holds no realtime rows (batch, noop) answers 404
                 views += [RealtimeView.from_json(view) for view in response.json()]
         return views
 

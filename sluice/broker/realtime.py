@@ -23,7 +23,7 @@ from sluice.broker.sql import TIME_COLUMN
 from sluice.segment.segment import ETERNITY, Interval
 
 if TYPE_CHECKING:
-    from sluice.task.kafka_index_task import RealtimeView
+    from sluice.realtime import RealtimeView
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from sluice.overlord.lockbox import (LockGranularity, LockRequestForNewSegment, 
                                      TimeChunkLockRequest)
 from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
 from sluice.spec.granularity import parse_granularity
+from sluice.task.task import TaskFailure
 from sluice.timestamps import parse_timestamp
 
 #: (supervisor id, task group id, start offsets of the sequence to checkpoint) -> accepted
@@ -187,3 +188,21 @@ _HANDLERS: dict[str, Callable[[TaskActionToolbox, LockTask, Mapping[str, Any]], 
     "segmentListUsed": _segment_list_used,
     "checkPointDataSourceMetadata": _checkpoint,
 }
+
+
+class LocalTaskActionClient:
+    """The task action client of a task that runs in the overlord's own process (the task sees only its
+    `submit`, sluice.task.actions.TaskActionClient)."""
+
+    def __init__(self, task_id: str, toolbox: TaskActionToolbox) -> None:
+        self._task_id = task_id
+        self._toolbox = toolbox
+
+    def submit(self, action: dict[str, Any]) -> Any:
+        try:
+            result = self._toolbox.perform(self._task_id, action)
+        except TaskActionError as error:
+            raise TaskFailure(f"task action {action.get('type')} refused: {error}") from error
+        if isinstance(result, Denied):
+            raise TaskFailure(f"task action {action.get('type')} denied: {result.reason}")
+        return result

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from sluice.server.api_chat import CHAT_PREFIX
+from sluice.realtime import CHAT_PREFIX
 from sluice.task.kafka_index_task import KafkaIndexTaskSpec, TaskState
 from sluice.task.meters import BUILD_SEGMENTS, ParseExceptionReport
 from sluice.task.task import TaskFailure

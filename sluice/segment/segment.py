@@ -149,8 +149,9 @@ class DataSegment:
 
     @property
     def core_partitions(self) -> int:
-        """Core partitions of the shard spec (0 for linear/none specs: any subset is complete)."""
-        return int(self.shard_spec.get("partitions", 0))
+        """Core partitions of the shard spec (0 for linear/none specs: any subset is complete); Druid's range
+        shard specs call them numCorePartitions."""
+        return int(self.shard_spec.get("partitions", self.shard_spec.get("numCorePartitions", 0)) or 0)
 
     def to_payload(self) -> dict[str, Any]:
         """Druid's DataSegment JSON plus the ``num_rows`` and ``aggregators`` Sluice needs."""

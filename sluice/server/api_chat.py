@@ -11,11 +11,11 @@ from typing import Any, Callable
 from fastapi import APIRouter, Body
 from fastapi.responses import JSONResponse
 
+from sluice.realtime import CHAT_PREFIX
 from sluice.task.kafka_index_task import KafkaIndexTask, TaskState
 from sluice.task.task import RunnableTask, TaskFailure
 from sluice.timestamps import format_timestamp
 
-CHAT_PREFIX = "/druid/worker/v1/chat"
 _PAUSABLE = (TaskState.STARTING, TaskState.READING, TaskState.PAUSED)
 
 

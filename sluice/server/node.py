@@ -22,7 +22,7 @@ from sluice.broker.broker import Broker
 from sluice.broker.engine import SqlEngine
 from sluice.broker.loaded import LoadedDataSources
 from sluice.broker.overlord_client import OverlordClient
-from sluice.discovery import BROKER, OVERLORD, WORKER, Announcer, live_urls
+from sluice.discovery import BROKER, OVERLORD, Announcer, live_urls
 from sluice.emitter import EmitterConfig, ServiceEmitter, build_emitter
 from sluice.lifecycle import Lifecycle, Stage
 from sluice.metadata.offsets import StreamOffsets
@@ -30,7 +30,7 @@ from sluice.metadata.store import MetadataStore
 from sluice.overlord.remote_task_runner import HttpRemoteTaskRunner
 from sluice.overlord.supervisor.state_manager import SupervisorStateManagerConfig
 from sluice.overlord.supervisor_manager import SupervisorManager
-from sluice.overlord.task_actions import TaskActionToolbox
+from sluice.overlord.task_actions import LocalTaskActionClient, TaskActionToolbox
 from sluice.overlord.task_queue import MAX_SIZE, TaskQueue
 from sluice.segment.deep_storage import DeepStorage
 from sluice.server.api_chat import chat_router
@@ -45,8 +45,9 @@ from sluice.server.http_server import HttpServer
 from sluice.server.roles import Role
 from sluice.spec.supervisor import KafkaIOConfig
 from sluice.stream.kafka import KafkaStream
-from sluice.task.actions import LocalTaskActionClient
-from sluice.task.kafka_index_task import KafkaIndexTask, RealtimeView, TaskToolbox
+from sluice.realtime import RealtimeView
+from sluice.task.kafka_index_task import KafkaIndexTask
+from sluice.task.toolbox import TaskToolbox
 from sluice.worker.thread_runner import ThreadTaskRunner
 from sluice.worker.worker import PeonConfig, WorkerTaskManager
 
@@ -62,7 +63,7 @@ class NodeConfig:
     work_dir: Path = Path("var")
     metadata_uri: str | None = None
     deep_storage: str | None = None
-    spark_master: str = "local[*]"
+    spark_master: str = "local[*,4]"
     role: Role = Role.ALL_IN_ONE
     #: a worker's task slots (peons at once)
     capacity: int = 2

@@ -136,7 +136,7 @@ class S3InputSource(SpecModel):
 
 class SqlConnectorConfig(SpecModel):
     #: a JDBC URI (jdbc:postgresql://host:5432/db, jdbc:sqlite:/path/db) or an SQLAlchemy URL
-    connect_uri: str = Field(min_length=1)
+    connect_uri: str = Field(min_length=1, alias="connectURI")
     user: str | None = None
     password: Password | None = None
     create_tables: bool = False

@@ -1,7 +1,8 @@
 """How a task reaches the overlord: Druid's task actions, submitted through a TaskActionClient.
 
-A task running in the overlord's process submits them directly (`LocalTaskActionClient`); a peon POSTs them
-to the overlord it finds through discovery (`RemoteTaskActionClient`). The functions below build Druid's
+A task running in the overlord's process submits them directly (the overlord's `LocalTaskActionClient`); a
+peon POSTs them to the overlord it finds through discovery (`RemoteTaskActionClient`). Either way the task
+sees only the `TaskActionClient` protocol. The functions below build Druid's
 action JSON and read its results, so the task code speaks in segment ids and offsets.
 """
 
@@ -16,7 +17,6 @@ import httpx
 
 from sluice.metadata.offsets import StreamOffsets
 from sluice.metadata.store import PublishResult
-from sluice.overlord.task_actions import Denied, TaskActionError, TaskActionToolbox
 from sluice.segment.segment import DataSegment, Interval, SegmentId
 from sluice.spec.granularity import Granularity
 from sluice.task.task import TaskFailure
@@ -32,23 +32,6 @@ class TaskActionClient(Protocol):
         """The action's result; raises TaskFailure when the overlord refuses it, answers no (with its reason), or
         cannot be reached."""
         ...
-
-
-class LocalTaskActionClient:
-    """For a task that runs in the overlord's own process."""
-
-    def __init__(self, task_id: str, toolbox: TaskActionToolbox) -> None:
-        self._task_id = task_id
-        self._toolbox = toolbox
-
-    def submit(self, action: dict[str, Any]) -> Any:
-        try:
-            result = self._toolbox.perform(self._task_id, action)
-        except TaskActionError as error:
-            raise TaskFailure(f"task action {action.get('type')} refused: {error}") from error
-        if isinstance(result, Denied):
-            raise TaskFailure(f"task action {action.get('type')} denied: {result.reason}")
-        return result
 
 
 class RemoteTaskActionClient:
@@ -98,29 +81,38 @@ def _error_text(response: httpx.Response) -> str:
 
 
 def allocate_segment(client: TaskActionClient, data_source: str, timestamp: datetime, granularity: Granularity,
-                     sequence_name: str, previous_segment_id: str | None) -> SegmentId:
+                     sequence_name: str, previous_segment_id: str | None, lock_type: str = "EXCLUSIVE") -> SegmentId:
     """The id of the next segment of a sequence in the time chunk of `timestamp` (Druid's SegmentAllocateAction);
-    the overlord locks the chunk for the task's group first. Raises TaskFailure with the reason when it cannot."""
+    the overlord locks the chunk (`lock_type`) for the task's group first. Raises TaskFailure with the reason when
+    it cannot."""
     result = client.submit({
         "type": "segmentAllocate", "dataSource": data_source, "timestamp": format_timestamp(timestamp),
         "queryGranularity": "NONE", "preferredSegmentGranularity": granularity.name, "sequenceName": sequence_name,
         "previousSegmentId": previous_segment_id, "skipSegmentLineageCheck": True,
-        "lockGranularity": "TIME_CHUNK", "taskLockType": "EXCLUSIVE",
+        "lockGranularity": "TIME_CHUNK", "taskLockType": lock_type,
     })
     return SegmentId(result["dataSource"], Interval.parse(result["interval"]), result["version"],
                      int(result["shardSpec"].get("partitionNum", 0)))
 
 
 def publish_segments(client: TaskActionClient, data_source: str, segments: Sequence[DataSegment],
-                     start: StreamOffsets, end: StreamOffsets) -> PublishResult:
+                     start: StreamOffsets | None = None, end: StreamOffsets | None = None) -> PublishResult:
     """Commit `segments` and move the stored offsets from `start` to `end` in one transaction
-    (Druid's SegmentTransactionalInsertAction); nothing is written when it does not succeed."""
+    (Druid's SegmentTransactionalInsertAction); nothing is written when it does not succeed. A batch task
+    commits segments without offsets."""
     result = client.submit({
         "type": "segmentTransactionalInsert", "dataSource": data_source,
         "segments": [s.to_payload() for s in segments],
-        "startMetadata": start.to_payload("start"), "endMetadata": end.to_payload(),
+        "startMetadata": start.to_payload("start") if start else None, "endMetadata": end.to_payload() if end else None,
     })
     return PublishResult(bool(result["success"]), result.get("errorMsg"))
+
+
+def lock_time_chunk(client: TaskActionClient, interval: Interval, lock_type: str, timeout_ms: int) -> dict[str, Any]:
+    """Acquire a time-chunk lock on `interval`, waiting up to `timeout_ms` for conflicting locks to go (Druid's
+    TimeChunkLockAcquireAction); the lock's JSON, with the version a task writing the chunk uses."""
+    return client.submit({"type": "timeChunkLockAcquire", "interval": str(interval), "lockType": lock_type,
+                          "timeoutMs": timeout_ms})
 
 
 def checkpoint(client: TaskActionClient, supervisor_id: str, task_group_id: int, start: StreamOffsets) -> bool:

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from sluice.spec.data_schema import AggregatorSpec, DataSchema, TimestampSpec
 from sluice.spec.expressions import quote_identifier as q
 from sluice.spec.expressions import string_literal
+from sluice.spec.input_format import FlattenSpec
 
 #: raw JSON text that Spark could not parse lands in this column (from_json's corrupt-record option)
 CORRUPT_COLUMN = "__corrupt"
@@ -74,6 +75,22 @@ class MessageWindow:
         return " OR ".join(b for b in bounds if b) or "FALSE"
 
 
+@dataclass(frozen=True)
+class IntervalsWindow:
+    """A batch task's granularitySpec.intervals: a row timestamped outside all of them is thrown away. No
+    intervals keep every row."""
+
+    intervals: tuple[tuple[datetime, datetime], ...] = ()
+
+    def outside_sql(self, time_column: str = TIME) -> str:
+        if not self.intervals:
+            return "FALSE"
+        millis = f"unix_millis({q(time_column)})"
+        inside = " OR ".join(f"({millis} >= {_epoch_millis(start)} AND {millis} < {_epoch_millis(end)})"
+                             for start, end in self.intervals)
+        return f"NOT ({inside})"
+
+
 def _epoch_millis(instant: datetime) -> int:
     """Whole epoch milliseconds (floored, as Joda-Time keeps them); a datetime without a zone is UTC."""
     return ((instant if instant.tzinfo else instant.replace(tzinfo=UTC)) - _EPOCH) // _MILLISECOND
@@ -98,6 +115,12 @@ class IngestPlan:
     dimensions: list[str]
     aggregators: list[Aggregator]
     rollup: bool
+    #: the raw input fields the row is built from, in order (the columns a non-JSON reader produces)
+    fields: tuple[str, ...] = ()
+    #: JSON fields read by a flattenSpec path instead of by name: field -> Spark JSONPath
+    json_paths: tuple[tuple[str, str], ...] = ()
+    #: JSON fields that are null whatever the record holds (flattenSpec without useFieldDiscovery)
+    json_absent: tuple[str, ...] = ()
 
     @property
     def metrics(self) -> list[str]:
@@ -108,7 +131,8 @@ class IngestPlan:
         return [a.aggregate_sql(a.spec.name if combining else f"__in_{a.spec.name}") for a in self.aggregators]
 
 
-def compile_plan(schema: DataSchema) -> IngestPlan:
+def compile_plan(schema: DataSchema, flatten: FlattenSpec | None = None) -> IngestPlan:
+    """`flatten` is a JSON inputFormat's flattenSpec (other formats flatten in their reader)."""
     transforms = {t.name: t.compiled() for t in schema.transform_spec.transforms}
     transform_inputs = set().union(*(t.columns for t in transforms.values())) if transforms else set()
     dimensions = schema.dimensions_spec.dimensions
@@ -118,9 +142,14 @@ def compile_plan(schema: DataSchema) -> IngestPlan:
     referenced = {d.name for d in dimensions} | {a.spec.field_name for a in aggregators if a.spec.field_name}
     referenced |= filter_.columns() if filter_ else set()
     # `__time` in an expression means the row timestamp, not a JSON field (unless it is the timestamp column)
-    json_fields = ((referenced - set(transforms)) | transform_inputs) - {TIME} | {schema.timestamp_spec.column}
+    fields = ((referenced - set(transforms)) | transform_inputs) - {TIME} | {schema.timestamp_spec.column}
+    paths = {f.name: _json_path(f.path()) for f in flatten.fields if f.name in fields} if flatten else {}
+    absent = sorted(fields - set(paths)) if flatten and not flatten.use_field_discovery else []
+    json_fields = fields - set(paths) - set(absent)
     corrupt = CORRUPT_COLUMN if schema.timestamp_spec.missing_value is not None else None
-    ddl = ", ".join([*(f"{q(name)} STRING" for name in sorted(json_fields)), *([f"{q(corrupt)} STRING"] if corrupt else [])])
+    # from_json needs a field to parse into: a record read only through paths still parses (and fails) as a whole
+    ddl = ", ".join([*(f"{q(name)} STRING" for name in sorted(json_fields or {"__any"})),
+                     *([f"{q(corrupt)} STRING"] if corrupt else [])])
 
     typed = {d.name: f"CAST({q(d.name)} AS {_DIMENSION_SQL_TYPE[d.type]})" for d in dimensions}
     checked = {d.name: d.name for d in dimensions if d.type != "string"}
@@ -143,7 +172,16 @@ def compile_plan(schema: DataSchema) -> IngestPlan:
         dimensions=[d.name for d in dimensions],
         aggregators=aggregators,
         rollup=schema.granularity_spec.rollup,
+        fields=tuple(sorted(fields)),
+        json_paths=tuple(sorted(paths.items())),
+        json_absent=tuple(absent),
     )
+
+
+def _json_path(steps: list[str | int]) -> str:
+    """Spark's get_json_object path: `$['key']` for every key (any characters), `[i]` for an index."""
+    return "$" + "".join(f"[{step}]" if isinstance(step, int) else "['" + step.replace("'", "") + "']"
+                         for step in steps)
 
 
 def timestamp_sql(spec: TimestampSpec) -> str:

@@ -25,16 +25,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from sluice.emitter import NoopEmitter, ServiceEmitter, metrics
+from sluice.emitter import metrics
 from sluice.metadata.offsets import StreamOffsets
-from sluice.metadata.store import MetadataStore
-from sluice.segment.deep_storage import DeepStorage
+from sluice.realtime import RealtimeView
 from sluice.spec.supervisor import IngestionSpec, KafkaIOConfig, parse_supervisor_spec
 from sluice.stream.kafka import KafkaStream
 from sluice.task import actions, sequences
-from sluice.task.actions import TaskActionClient
 from sluice.task.ingest_plan import MessageWindow, compile_plan
 from sluice.task.meters import (BUILD_SEGMENTS, ParseExceptionReport, RowIngestionMeters, SavedParseExceptions,
                                 ingestion_metrics)
@@ -44,6 +42,7 @@ from sluice.task.rollup_policy import PersistMode, PersistRollup
 from sluice.task.sequences import HandoffLimits, SequenceMetadata, initial_sequences
 from sluice.task.stats import RowStats
 from sluice.task.task import TaskFailure, TaskStatus, write_task_file
+from sluice.task.toolbox import TaskToolbox
 from sluice.timestamps import format_timestamp, parse_timestamp
 
 log = logging.getLogger(__name__)
@@ -144,32 +143,6 @@ class KafkaIndexTaskSpec:
                    if checkpoints else None)
 
 
-@dataclass(frozen=True)
-class RealtimeView:
-    """What a running streaming task has persisted of one unpublished sequence, and from where that sequence reads:
-    what the broker needs to query the rows before they are published (see sluice/broker/realtime.py). A task has
-    one per unpublished sequence, since its sequences are committed one by one."""
-
-    data_source: str
-    #: replicas share it (`<baseSequenceName>_<sequenceId>`), so it names one range of one task group
-    sequence_name: str
-    start_offsets: dict[int, int]
-    #: records of the sequence read so far, to pick the replica that read furthest into it
-    progress: int
-    files: tuple[str, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"dataSource": self.data_source, "sequenceName": self.sequence_name,
-                "startOffsets": {str(p): o for p, o in self.start_offsets.items()}, "progress": self.progress,
-                "files": list(self.files)}
-
-    @classmethod
-    def from_json(cls, payload: dict[str, Any]) -> RealtimeView:
-        return cls(payload["dataSource"], payload["sequenceName"],
-                   {int(p): int(o) for p, o in payload["startOffsets"].items()}, int(payload["progress"]),
-                   tuple(payload["files"]))
-
-
 def message_window(io: KafkaIOConfig, created: datetime) -> MessageWindow:
     """The instants the task keeps rows between (Druid's minimumMessageTime and maximumMessageTime).
 
@@ -189,22 +162,6 @@ def new_task_id(data_source: str, base_sequence_name: str) -> str:
     """Druid's shape: index_kafka_<dataSource>_<15 hex of the sequence>_<8 random letters>."""
     suffix = "".join(secrets.choice(string.ascii_lowercase) for _ in range(8))
     return f"{TASK_TYPE}_{data_source}_{base_sequence_name[-15:]}_{suffix}"
-
-
-@dataclass
-class TaskToolbox:
-    """What a task needs from the process it runs in (Druid's TaskToolbox)."""
-
-    spark: Any
-    metadata: MetadataStore
-    deep_storage: DeepStorage
-    task_dir: Path
-    stream_factory: Callable[[KafkaIOConfig], KafkaStream]
-    #: how the task reaches the overlord: locks, segment ids, publishing, checkpoints (it reads the metadata
-    #: store, for its committed offsets and segments, but writes it only through these)
-    actions: TaskActionClient
-    emitter: ServiceEmitter = field(default_factory=lambda: ServiceEmitter("druid/peon", "localhost", NoopEmitter()))
-    poll_interval: float = 0.5
 
 
 class KafkaIndexTask:

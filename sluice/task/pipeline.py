@@ -19,9 +19,10 @@ import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
+from sluice.connectors.records import ERROR, LOCATOR
 from sluice.spec.expressions import quote_identifier
 from sluice.spec.granularity import Granularity
-from sluice.task.ingest_plan import TIME, IngestPlan, MessageWindow
+from sluice.task.ingest_plan import TIME, IngestPlan, IntervalsWindow, MessageWindow
 from sluice.task.kafka_source import JOB_RANGES, SOURCE_NAME
 from sluice.task.stats import RowStats
 
@@ -60,57 +61,35 @@ class _PersistColumns:
     metric_values: list[Column]
 
 
-class IngestPipeline:
-    """One task's ingestion on a shared SparkSession: many read jobs over the same partitions, then merges."""
+class RowPipeline:
+    """A task's rows on a shared SparkSession: records in, persists out (each one Spark job), then merges into
+    segment files. Streaming and batch tasks differ only in where the records come from."""
 
-    def __init__(self, spark: SparkSession, plan: IngestPlan, topic: str, consumer_properties: Mapping[str, object],
-                 partitions: Sequence[int], window: MessageWindow = MessageWindow()):
+    def __init__(self, spark: SparkSession, plan: IngestPlan, window: MessageWindow | IntervalsWindow = MessageWindow()):
         self.spark = spark
         self.plan = plan
         #: the task's message rejection window; rows outside it are thrownAway like rows the filter drops
         self.window = window
-        self._source_options = {"topic": topic, "consumerProperties": json.dumps(dict(consumer_properties)),
-                                "partitions": ",".join(str(p) for p in sorted(partitions)),
-                                "rangesProperty": JOB_RANGES}
-        self._source: DataFrame | None = None
         self._typed: tuple[DataFrame, DataFrame] | None = None  # (raw records, their typed rows)
         self._columns: _PersistColumns | None = None
-
-    def read(self, ranges: Mapping[int, tuple[int, int]]) -> DataFrame:
-        """The records of `ranges`, for the next Spark job this thread starts.
-
-        Always the same DataFrame, built and analysed once: the ranges travel with the job, as a local property
-        of the calling thread (kafka_source's `rangesProperty`). Building and analysing the read, parse and
-        rollup anew took longer than a job over a few thousand records.
-        """
-        self.spark.sparkContext.setLocalProperty(JOB_RANGES, json.dumps({str(p): list(r) for p, r in ranges.items()}))
-        if self._source is None:
-            self._source = self.spark.read.format(SOURCE_NAME).options(**self._source_options).load()
-        return self._source
 
     def typed_rows(self, raw: DataFrame) -> DataFrame:
         """Raw records -> typed rows: `__time`, the dimensions, the metric inputs (`__in_<metric>`), and the
         flags `__unparseable`, `__thrown`, `__perr`, `__bytes` and `__sample`, nothing else.
 
-        `__sample` ("partition=P offset=O: text") is built only for unparseable rows: built for every row,
-        its copy of the record text cost more than the rest of the parse. Only these columns go on: the row
-        counters are observed on them, and an observation copies every column its rows carry.
+        The records are a Kafka range's (`partition`, `offset`, `value`), or a connector's (`records.py`: a
+        JSON `value`, or one string column per field with a reader's parse `__error`). `__sample` ("partition=P
+        offset=O: text", "path:line: text") is built only for unparseable rows: built for every row, its copy of
+        the record text cost more than the rest of the parse. Only these columns go on: the row counters are
+        observed on them, and an observation copies every column its rows carry.
         """
         plan = self.plan
-        parsed = raw.select(
-            F.col("partition").alias("__partition"),
-            F.col("offset").alias("__offset"),
-            F.col("value").alias("__value"),
-            F.coalesce(F.octet_length("value"), F.lit(0)).cast("bigint").alias("__bytes"),
-            F.from_json(F.col("value").cast("string"), plan.json_schema_ddl,
-                        {"columnNameOfCorruptRecord": plan.corrupt_column} if plan.corrupt_column else {}).alias("__r"),
-        ).select("__partition", "__offset", "__value", "__bytes", F.col("__r").isNull().alias("__null_record"), "__r.*")
+        parsed = _parsed_fields(raw, plan)
         corrupt = f"`{plan.corrupt_column}` IS NOT NULL OR " if plan.corrupt_column else ""
         rows = parsed.withColumn(TIME, F.expr(plan.time_sql)).withColumn(
             "__unparseable", F.expr(f"__null_record OR {corrupt}`{TIME}` IS NULL"))
         rows = rows.withColumn("__sample", F.when(F.col("__unparseable"), F.concat(
-            F.lit("partition="), "__partition", F.lit(" offset="), "__offset", F.lit(": "),
-            F.substring(F.col("__value").cast("string"), 1, 300))))
+            F.col(LOCATOR), F.lit(": "), F.substring(F.col("__value").cast("string"), 1, 300))))
         if plan.transforms:
             rows = rows.withColumns({name: F.expr(sql) for name, sql in plan.transforms.items()})
         # Druid checks the window on the transformed timestamp, like the filter sees transformed columns
@@ -133,9 +112,8 @@ class IngestPipeline:
             return kept.groupBy(*c.keys).agg(*c.aggregations)
         return kept.select(*c.keys, *c.metric_values)
 
-    def read_and_persist(self, ranges: Mapping[int, tuple[int, int]], persist_dir: Path,
-                         rollup: bool = True, count_keys: bool = False) -> PersistResult:
-        """One Spark job: the range is read once; the counters are observed while the rows are written.
+    def persist(self, raw: DataFrame, persist_dir: Path, rollup: bool = True, count_keys: bool = False) -> PersistResult:
+        """One Spark job: the records are read once; the counters are observed while the rows are written.
 
         `rollup=False` writes the kept rows as they are: when they hardly combine, rolling them up here is a
         shuffle of every row for nothing, and the merge at publish rolls them up anyway. `count_keys` estimates
@@ -143,7 +121,6 @@ class IngestPipeline:
         dictionaries: they are read once or twice, and dictionary-encoding high-cardinality strings cost more
         than the rest of the write.
         """
-        raw = self.read(ranges)
         if self._typed is None or self._typed[0] is not raw:
             self._typed = (raw, self.typed_rows(raw))
         c = self._persist_columns()
@@ -206,16 +183,8 @@ class IngestPipeline:
               staging_dir: Path) -> list[SegmentFile]:
         """Combine the persists (rolled-up rows merge again) into files of at most maxRowsPerSegment rows,
         one or more per segmentGranularity bucket."""
-        plan = self.plan
-        bucket = F.expr(f"unix_millis({segment_granularity.spark_sql(f'`{TIME}`')})")
-        rows = self.spark.read.parquet(*(str(d) for d in persist_dirs)).withColumn("__bucket", bucket)
-        # one shuffle: rows partitioned by bucket are already clustered for a rollup whose keys include it
-        rows = rows.repartition("__bucket")
-        if plan.rollup:  # persists may hold rows not rolled up, and rows of two persists may combine
-            rows = rows.groupBy(F.col("__bucket"), *_columns(TIME, *plan.dimensions)).agg(
-                *(F.expr(a) for a in plan.rollup_aggregations(True)))
         (
-            rows.sortWithinPartitions("__bucket", TIME)
+            self.merged_rows(persist_dirs, segment_granularity).sortWithinPartitions("__bucket", TIME)
             .write.mode("overwrite")
             .option("maxRecordsPerFile", max_rows_per_segment)
             .partitionBy("__bucket")
@@ -225,6 +194,74 @@ class IngestPipeline:
             SegmentFile(int(path.parent.name.split("=", 1)[1]), path, pq.ParquetFile(path).metadata.num_rows)
             for path in sorted(staging_dir.glob("__bucket=*/*.parquet"))
         ]
+
+    def merged_rows(self, persist_dirs: list[Path], segment_granularity: Granularity) -> DataFrame:
+        """The persists' rows rolled up together (when the spec rolls up), with `__bucket`: the epoch millis of
+        their segmentGranularity bucket. Rows of one bucket are in one Spark partition."""
+        plan = self.plan
+        bucket = F.expr(f"unix_millis({segment_granularity.spark_sql(f'`{TIME}`')})")
+        rows = self.spark.read.parquet(*(str(d) for d in persist_dirs)).withColumn("__bucket", bucket)
+        # one shuffle: rows partitioned by bucket are already clustered for a rollup whose keys include it
+        rows = rows.repartition("__bucket")
+        if plan.rollup:  # persists may hold rows not rolled up, and rows of two persists may combine
+            rows = rows.groupBy(F.col("__bucket"), *_columns(TIME, *plan.dimensions)).agg(
+                *(F.expr(a) for a in plan.rollup_aggregations(True)))
+        return rows
+
+
+class IngestPipeline(RowPipeline):
+    """A streaming task's rows: many read jobs over the same Kafka partitions, then merges."""
+
+    def __init__(self, spark: SparkSession, plan: IngestPlan, topic: str, consumer_properties: Mapping[str, object],
+                 partitions: Sequence[int], window: MessageWindow = MessageWindow()):
+        super().__init__(spark, plan, window)
+        self._source_options = {"topic": topic, "consumerProperties": json.dumps(dict(consumer_properties)),
+                                "partitions": ",".join(str(p) for p in sorted(partitions)),
+                                "rangesProperty": JOB_RANGES}
+        self._source: DataFrame | None = None
+
+    def read(self, ranges: Mapping[int, tuple[int, int]]) -> DataFrame:
+        """The records of `ranges`, for the next Spark job this thread starts.
+
+        Always the same DataFrame, built and analysed once: the ranges travel with the job, as a local property
+        of the calling thread (kafka_source's `rangesProperty`). Building and analysing the read, parse and
+        rollup anew took longer than a job over a few thousand records.
+        """
+        self.spark.sparkContext.setLocalProperty(JOB_RANGES, json.dumps({str(p): list(r) for p, r in ranges.items()}))
+        if self._source is None:
+            self._source = self.spark.read.format(SOURCE_NAME).options(**self._source_options).load()
+        return self._source
+
+    def read_and_persist(self, ranges: Mapping[int, tuple[int, int]], persist_dir: Path,
+                         rollup: bool = True, count_keys: bool = False) -> PersistResult:
+        """Read `ranges` into one persist (`persist`)."""
+        return self.persist(self.read(ranges), persist_dir, rollup, count_keys)
+
+
+def _parsed_fields(raw: DataFrame, plan: IngestPlan) -> DataFrame:
+    """The record's raw fields as strings, next to `__locator`, `__value` (the record text, for samples),
+    `__bytes` and `__null_record` (nothing could be parsed)."""
+    if ERROR in raw.columns:  # a reader parsed the records: one string column per field
+        fields = [_column(f) if f in raw.columns else F.lit(None).cast("string").alias(f) for f in plan.fields]
+        text = F.concat_ws(",", *(F.coalesce(_column(f), F.lit("")) for f in plan.fields if f in raw.columns))
+        return raw.select(
+            LOCATOR, F.coalesce(F.col(ERROR), text).alias("__value"),
+            sum((F.coalesce(F.octet_length(_column(f)), F.lit(0)) for f in plan.fields if f in raw.columns),
+                F.lit(0)).cast("bigint").alias("__bytes"),
+            F.col(ERROR).isNotNull().alias("__null_record"), *fields)
+    locator = F.col(LOCATOR) if LOCATOR in raw.columns else F.concat(
+        F.lit("partition="), F.col("partition"), F.lit(" offset="), F.col("offset"))
+    text = F.col("value").cast("string")
+    parsed = raw.select(
+        locator.alias(LOCATOR),
+        F.col("value").alias("__value"),
+        F.coalesce(F.octet_length("value"), F.lit(0)).cast("bigint").alias("__bytes"),
+        F.from_json(text, plan.json_schema_ddl,
+                    {"columnNameOfCorruptRecord": plan.corrupt_column} if plan.corrupt_column else {}).alias("__r"),
+        *(F.get_json_object(text, path).alias(f"__path_{i}") for i, (_, path) in enumerate(plan.json_paths)),
+    ).select(LOCATOR, "__value", "__bytes", F.col("__r").isNull().alias("__null_record"), "__r.*",
+             *(F.col(f"__path_{i}").alias(name) for i, (name, _) in enumerate(plan.json_paths)))
+    return parsed.withColumns({name: F.lit(None).cast("string") for name in plan.json_absent}) if plan.json_absent else parsed
 
 
 def _column(name: str) -> Column:

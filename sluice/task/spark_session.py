@@ -14,8 +14,12 @@ from pyspark.sql import SparkSession
 _JVM_OPTIONS = "-XX:+UseG1GC -Xmn256m -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=20 -XX:G1PeriodicGCInterval=5000"
 
 
-def get_or_create(master: str = "local[*]", app_name: str = "sluice") -> SparkSession:
+def get_or_create(master: str = "local[*,4]", app_name: str = "sluice") -> SparkSession:
     """Return the process's SparkSession, creating it with Sluice's settings on first use.
+
+    In local mode the master names its task retries, as a cluster's `spark.task.maxFailures` (4) does:
+    ``local[2,4]`` runs a failed task up to four times. A batch read relies on it: a reader that fails is run
+    again, and the splits it had are read again (`sluice.connectors.spark`).
 
     ``PYSPARK_PYTHON`` points the Python workers at this interpreter (the one with pyarrow and
     confluent-kafka) instead of whatever ``python3`` is on PATH; session time zone is UTC so

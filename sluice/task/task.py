@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
-    from sluice.task.kafka_index_task import TaskToolbox
+    from sluice.task.toolbox import TaskToolbox
 
 
 class TaskFailure(Exception):
@@ -163,23 +163,33 @@ class NoopTask:
 
 
 def task_from_json(payload: Any) -> TaskSpec:
-    """Parse a stored or submitted task payload; raises TaskFailure naming what is wrong."""
+    """Parse a stored or submitted task payload; raises TaskFailure (or SpecError, for a batch task's spec)
+    naming what is wrong. A batch task without an id gets one, as in Druid."""
+    from sluice.task.batch_index_task import TASK_TYPES, BatchIndexTaskSpec
     from sluice.task.kafka_index_task import TASK_TYPE, KafkaIndexTaskSpec
 
-    if not isinstance(payload, dict) or not isinstance(payload.get("id"), str) or not payload["id"]:
+    if not isinstance(payload, dict):
+        raise TaskFailure("a task must be a JSON object")
+    if payload.get("type") in TASK_TYPES:
+        return BatchIndexTaskSpec.from_json(payload)
+    if not isinstance(payload.get("id"), str) or not payload["id"]:
         raise TaskFailure("a task needs a JSON object with a non-empty string 'id'")
     if payload.get("type") == NoopTaskSpec.type:
         return NoopTaskSpec.from_json(payload)
     if payload.get("type") == TASK_TYPE:
         return KafkaIndexTaskSpec.from_json(payload)
-    raise TaskFailure(f"task type {payload.get('type')!r} is not supported; Sluice runs 'index_kafka' and 'noop'")
+    raise TaskFailure(f"task type {payload.get('type')!r} is not supported; Sluice runs "
+                      f"{', '.join(repr(t) for t in (*TASK_TYPES, TASK_TYPE, NoopTaskSpec.type))}")
 
 
 def create_task(spec: TaskSpec, toolbox: TaskToolbox) -> RunnableTask:
+    from sluice.task.batch_index_task import BatchIndexTask, BatchIndexTaskSpec
     from sluice.task.kafka_index_task import KafkaIndexTask, KafkaIndexTaskSpec
 
     if isinstance(spec, KafkaIndexTaskSpec):
         return KafkaIndexTask(spec, toolbox)
+    if isinstance(spec, BatchIndexTaskSpec):
+        return BatchIndexTask(spec, toolbox)
     assert isinstance(spec, NoopTaskSpec)
     return NoopTask(spec, toolbox.task_dir)
 

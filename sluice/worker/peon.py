@@ -38,7 +38,7 @@ from sluice.server.api_metrics import metrics_router
 from sluice.server.http_server import HttpServer
 from sluice.stream.kafka import KafkaStream
 from sluice.task.actions import RemoteTaskActionClient
-from sluice.task.kafka_index_task import TaskToolbox
+from sluice.task.toolbox import TaskToolbox
 from sluice.task.task import RunnableTask, TaskStatus, create_task, task_from_json, write_task_file
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--metadata-uri", required=True)
     parser.add_argument("--deep-storage", required=True)
-    parser.add_argument("--spark-master", default="local[2]")
+    parser.add_argument("--spark-master", default="local[2,4]")
     parser.add_argument("--parent-pid", type=int, default=os.getppid())
     parser.add_argument("--emitter", type=EmitterConfig.model_validate_json, default=EmitterConfig(),
                         help="the emitter settings as JSON (Druid's names)")

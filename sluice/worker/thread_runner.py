@@ -13,7 +13,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from sluice.task.kafka_index_task import KafkaIndexTask, TaskToolbox
+from sluice.task.kafka_index_task import KafkaIndexTask
+from sluice.task.toolbox import TaskToolbox
 from sluice.task.task import RunnableTask, StatusListeners, TaskSpec, TaskStatus, create_task, write_task_file
 from sluice.worker.peon import STATUS_FILE, TASK_FILE, read_report
 

@@ -48,7 +48,7 @@ class PeonConfig:
 
     metadata_uri: str
     deep_storage: str
-    spark_master: str = "local[2]"
+    spark_master: str = "local[2,4]"
     emitter: EmitterConfig = EmitterConfig()
 
 

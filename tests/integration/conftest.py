@@ -22,7 +22,7 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevKafkaB
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    session = spark_session.get_or_create(master="local[2]")
+    session = spark_session.get_or_create(master="local[2,4]")
     yield session
     session.stop()
 

@@ -51,7 +51,7 @@ def test_kill_9_of_sluice_start_then_a_restart_resumes_the_task_where_it_was(kaf
     spec["spec"]["tuningConfig"]["maxRowsInMemory"] = 3_000
     uri = f"sqlite:///{tmp_path / 'metadata.db'}"
     metadata = MetadataStore(uri)
-    node = SluiceProcess("start", tmp_path, uri, "--spark-master", "local[2]").start(timeout=120)
+    node = SluiceProcess("start", tmp_path, uri, "--spark-master", "local[2,4]").start(timeout=120)
     try:
         with node.client() as http:
             assert http.post("/druid/indexer/v1/supervisor", json=spec).status_code == 200
@@ -68,7 +68,7 @@ def test_kill_9_of_sluice_start_then_a_restart_resumes_the_task_where_it_was(kaf
         node.kill()  # SIGKILL: no shutdown hook, a read or a persist may be half done
         assert stored_offsets(metadata, ds) == first_end
 
-        node = SluiceProcess("start", tmp_path, uri, "--spark-master", "local[2]").start(timeout=120)
+        node = SluiceProcess("start", tmp_path, uri, "--spark-master", "local[2,4]").start(timeout=120)
         with node.client() as http:
             wait_for(lambda: read_up_to(http, ds, end_offsets), 180, "the resumed task to read to the end")
             assert [t["id"] for t in active_tasks(http, ds)] == [interrupted]  # resumed, not replaced

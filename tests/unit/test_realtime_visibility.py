@@ -19,7 +19,7 @@ from sluice.metadata.offsets import StreamOffsets
 from sluice.metadata.store import CommittedState, MetadataStore
 from sluice.segment.deep_storage import LocalDeepStorage
 from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
-from sluice.task.kafka_index_task import RealtimeView
+from sluice.realtime import RealtimeView
 
 
 def _view(progress: int, *files: str, source: str = "wiki", sequence: str = "index_kafka_wiki_a",

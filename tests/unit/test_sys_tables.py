@@ -28,7 +28,7 @@ from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_sh
 from sluice.server.http_server import HttpServer
 from sluice.server.node import Node, NodeConfig
 from sluice.server.roles import Role
-from sluice.task.kafka_index_task import RealtimeView
+from sluice.realtime import RealtimeView
 
 DAY = datetime(2015, 9, 12, tzinfo=UTC)
 V1, V2 = "2026-01-01T00:00:00.000Z", "2026-01-02T00:00:00.000Z"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from sluice.spec.supervisor import parse_supervisor_spec
+from sluice.task.batch_index_task import BatchIndexTaskSpec
 from sluice.task.kafka_index_task import KafkaIndexTaskSpec
 from sluice.task.task import NoopTask, NoopTaskSpec, TaskFailure, task_from_json
 from tests.integration.harness import supervisor_spec
@@ -40,8 +41,23 @@ def test_noop_task_round_trips_and_runs(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("payload", "message"), [
     ({"type": "index_hadoop", "id": "x"}, "task type 'index_hadoop' is not supported"),
     ({"type": "noop"}, "non-empty string 'id'"),
-    ([], "non-empty string 'id'"),
+    ([], "a task must be a JSON object"),
 ])
 def test_bad_task_payloads_are_named(payload: object, message: str) -> None:
     with pytest.raises(TaskFailure, match=message):
         task_from_json(payload)
+
+
+def test_a_batch_task_without_an_id_gets_druids_kind_of_id_and_round_trips() -> None:
+    payload = {"type": "index_parallel", "spec": {
+        "dataSchema": {"dataSource": "wiki", "timestampSpec": {"column": "ts"}, "dimensionsSpec": {"dimensions": ["a"]},
+                       "granularitySpec": {"intervals": ["2024-01-01/P1M"]}},
+        "ioConfig": {"type": "index_parallel", "inputSource": {"type": "inline", "data": "{}"},
+                     "inputFormat": {"type": "json"}}}, "context": {"priority": 60}}
+
+    spec = task_from_json(payload)
+
+    assert isinstance(spec, BatchIndexTaskSpec) and spec.id.startswith("index_parallel_wiki_")
+    assert (spec.group_id, spec.data_source, spec.priority) == (spec.id, "wiki", 60)
+    again = task_from_json(spec.to_json())
+    assert (again.id, again.payload.spec, again.priority) == (spec.id, spec.payload.spec, 60)

@@ -1,0 +1,225 @@
+"""A source read by Spark: the coordinator on the driver, the readers in executors.
+
+The coordinator (a `CoordinatorHost`) is served over HTTP from the driver's process; the read is a Python data
+source, ``sluice_connector``, whose input partitions are the reader indexes. Each Spark task runs one reader:
+it registers with the coordinator (with its attempt number), fetches the splits assigned to it, reads them,
+and asks for more until the coordinator says nothing more comes::
+
+    with ConnectorRead(spark, source, parallelism=2) as read:
+        df = read.dataframe()          # the records, in source.output_schema()
+        df.write.parquet(...)          # one Spark job; its tasks are the readers
+        read.checkpoint_complete()     # the job's output is committed: no split is given back after this
+
+Spark runs a failed task again as a new attempt of the same partition. The new attempt registers, the
+coordinator gets the failed attempt's splits back and assigns them again, and the failed attempt's rows were
+discarded with its output: every split is in the job's output exactly once. Retries need
+`spark.task.maxFailures` above 1 — in local mode, a master such as ``local[2,4]`` (`spark_session`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import pickle
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
+
+from sluice.connectors.api import Serializer, Source
+from sluice.connectors.coordination import CoordinatorHost, Mailbox
+from sluice.connectors.reading import read_assigned
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+SOURCE_NAME = "sluice_connector"
+#: how long an executor keeps trying to reach the coordinator (the driver may be busy collecting garbage)
+_CHANNEL_RETRY_S = 30.0
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _CoordinatorServer
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        host, splits = self.server.host, self.server.splits
+        try:
+            reader, attempt = int(body["reader"]), int(body.get("attempt", 0))
+            answer: dict[str, Any] = {}
+            if self.path == "/register":
+                host.register(reader, attempt)
+            elif self.path == "/poll":
+                box = host.poll(reader, attempt)
+                answer = {"splits": [_encode(splits.serialize(s)) for s in box.splits], "events": box.events,
+                          "noMoreSplits": box.no_more_splits, "version": splits.version}
+            elif self.path == "/request":
+                host.request_split(reader, body.get("hostname"))
+            elif self.path == "/event":
+                host.source_event(reader, body["event"])
+            else:
+                self.send_error(404)
+                return
+            status, payload = 200, answer
+        except Exception as error:  # noqa: BLE001 - the reader gets the coordinator's error as text
+            status, payload = 500, {"error": f"{type(error).__name__}: {error}"}
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet: one request per reader poll
+        pass
+
+
+class _CoordinatorServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, host: CoordinatorHost[Any, Any], bind: str) -> None:
+        super().__init__((bind, 0), _Handler)
+        self.host = host
+        self.splits: Serializer[Any] = host.source.split_serializer()
+
+
+class HttpChannel:
+    """An executor's way to the coordinator on the driver."""
+
+    def __init__(self, url: str, serializer: Serializer[Any]) -> None:
+        self._url = url
+        self._serializer = serializer
+
+    def register(self, reader: int, attempt: int) -> None:
+        self._post("/register", reader=reader, attempt=attempt)
+
+    def poll(self, reader: int, attempt: int) -> Mailbox[Any]:
+        answer = self._post("/poll", reader=reader, attempt=attempt)
+        splits = [self._serializer.deserialize(answer["version"], _decode(s)) for s in answer["splits"]]
+        return Mailbox(splits, answer["events"], answer["noMoreSplits"])
+
+    def request_split(self, reader: int, hostname: str | None) -> None:
+        self._post("/request", reader=reader, hostname=hostname)
+
+    def source_event(self, reader: int, event: dict[str, Any]) -> None:
+        self._post("/event", reader=reader, event=event)
+
+    def _post(self, path: str, **body: Any) -> dict[str, Any]:
+        request = urllib.request.Request(self._url + path, json.dumps(body).encode(),
+                                         {"Content-Type": "application/json"})
+        deadline = time.monotonic() + _CHANNEL_RETRY_S
+        while True:
+            try:
+                with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - our own driver
+                    return json.loads(response.read())
+            except urllib.error.HTTPError as error:
+                raise RuntimeError(f"split coordinator at {self._url}: {json.loads(error.read()).get('error')}") from None
+            except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"split coordinator at {self._url} unreachable: {error}") from error
+                time.sleep(0.5)
+
+
+@dataclass(frozen=True)
+class ReaderPartition(InputPartition):
+    index: int
+
+
+class _ConnectorReader(DataSourceReader):
+    def __init__(self, source: Source[Any, Any], url: str, parallelism: int) -> None:
+        self.source = source
+        self.url = url
+        self.parallelism = parallelism
+
+    def partitions(self) -> list[InputPartition]:
+        return [ReaderPartition(i) for i in range(self.parallelism)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        attempt = context.attemptNumber() if context is not None else 0
+        channel = HttpChannel(self.url, self.source.split_serializer())
+        assert isinstance(partition, ReaderPartition)
+        return read_assigned(self.source, partition.index, attempt, channel)
+
+
+class ConnectorDataSource(DataSource):
+    """Options: ``source`` (the pickled Source, base64), ``coordinator`` (the driver's URL), ``parallelism``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def _source(self) -> Source[Any, Any]:
+        return pickle.loads(_decode(self.options["source"]))  # noqa: S301 - written by ConnectorRead below
+
+    def schema(self) -> StructType:
+        return from_arrow_schema(self._source().output_schema())
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _ConnectorReader(self._source(), self.options["coordinator"], int(self.options["parallelism"]))
+
+
+class ConnectorRead:
+    """One read of a source by Spark: the coordinator served for as long as the read lives."""
+
+    def __init__(self, spark: SparkSession, source: Source[Any, Any], parallelism: int, bind: str | None = None) -> None:
+        self.spark = spark
+        self.source = source
+        self.parallelism = parallelism
+        self.host: CoordinatorHost[Any, Any] = CoordinatorHost(source, parallelism)
+        address = bind or spark.conf.get("spark.driver.host", "127.0.0.1") or "127.0.0.1"
+        self._server = _CoordinatorServer(self.host, address)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="split-coordinator", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def __enter__(self) -> ConnectorRead:
+        register(self.spark)
+        self.host.start()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self.host.close()
+
+    def dataframe(self) -> DataFrame:
+        return (self.spark.read.format(SOURCE_NAME)
+                .option("source", _encode(pickle.dumps(self.source, protocol=pickle.HIGHEST_PROTOCOL)))
+                .option("coordinator", self.url).option("parallelism", str(self.parallelism)).load())
+
+    def checkpoint_complete(self, checkpoint_id: int = 1) -> None:
+        self.host.checkpoint_complete(checkpoint_id)
+
+
+_registered: set[int] = set()
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``spark.read.format("sluice_connector")`` available in this session (once)."""
+    if id(spark) not in _registered:
+        spark.dataSource.register(ConnectorDataSource)
+        _registered.add(id(spark))
+
+
+def _encode(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _decode(text: str) -> bytes:
+    return base64.b64decode(text)

@@ -1,0 +1,351 @@
+"""Druid's native batch tasks, `index_parallel` and `index`: an input source read once into segments.
+
+The input source's coordinator plans its splits onto `maxNumConcurrentSubTasks` readers, which Spark runs as
+the tasks of one job; the same job parses, transforms and rolls the rows up (the streaming task's pipeline)
+into a persist, and a second job merges the persist into segment files (cut at maxRowsPerSegment, or into
+hashed or range shards for perfect rollup). Then the segments get their ids under the task's locks and are
+committed in one metadata transaction: until then nothing is visible, so a task that fails or is killed at
+any point publishes nothing, and running it again gives the same answers.
+
+Modes (Druid's BatchIngestionMode): APPEND allocates segments that join each time chunk's current version
+next to what is there (a streaming supervisor's segments included); REPLACE_LEGACY locks every chunk it
+writes and publishes a new version that overshadows the chunk's old segments; REPLACE does that for every
+chunk of `granularitySpec.intervals`, and a chunk without rows gets a tombstone (an empty segment) that
+overshadows what was there.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import shutil
+import string
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sluice.emitter import metrics
+from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
+from sluice.spec.batch import (BatchTaskPayload, DynamicPartitionsSpec, IngestionMode, parse_batch_task)
+from sluice.spec.errors import SpecError
+from sluice.spec.granularity import Granularity
+from sluice.spec.input_format import JsonInputFormat
+from sluice.task import actions
+from sluice.task.ingest_plan import TIME, IngestPlan, IntervalsWindow, compile_plan
+from sluice.task.meters import BUILD_SEGMENTS, SavedParseExceptions, ingestion_metrics
+from sluice.task.stats import RowStats
+from sluice.task.task import TaskFailure, TaskStatus, write_task_file
+from sluice.task.toolbox import TaskToolbox
+from sluice.timestamps import format_timestamp
+
+log = logging.getLogger(__name__)
+
+TASK_TYPES = ("index_parallel", "index")
+#: Druid's taskLockTimeout default: how long a task waits for a lock another task holds
+LOCK_TIMEOUT_MS = 300_000
+REPORT_FILE = "report.json"
+
+
+@dataclass(frozen=True)
+class BatchIndexTaskSpec:
+    id: str
+    payload: BatchTaskPayload
+
+    needs_spark = True
+    #: a batch task that stops is run again from the start, as Druid's are
+    can_restore = False
+
+    @property
+    def type(self) -> str:
+        return self.payload.type
+
+    @property
+    def group_id(self) -> str:
+        return self.payload.group_id or self.id
+
+    @property
+    def data_source(self) -> str:
+        return self.payload.spec.data_schema.data_source
+
+    @property
+    def priority(self) -> int:
+        return self.payload.priority
+
+    @classmethod
+    def from_json(cls, payload: dict[str, Any]) -> BatchIndexTaskSpec:
+        """Validate a submitted task; one without an id gets Druid's kind of id. Raises SpecError.
+
+        The input source is built once here too (it reads nothing yet), so that what only it can check (a SQL
+        source's statements and driver, a Kafka message format, a combining source's delegates) is a 400 at
+        submit rather than a failed task."""
+        from sluice.connectors.sources import create_source
+
+        parsed = parse_batch_task(payload)
+        io = parsed.spec.io_config
+        try:
+            create_source(io.input_source, io.input_format, _plan(parsed).fields, parsed.spec.tuning_config.split_hint_spec,
+                          druid=lambda spec, fields: None)  # type: ignore[arg-type, return-value]
+        except SpecError as error:
+            raise SpecError(f"spec.{error.path}", error.message) from None
+        except ValueError as error:
+            raise SpecError("spec.ioConfig.inputSource", str(error)) from None
+        task_id = parsed.id or new_batch_task_id(parsed.type, parsed.spec.data_schema.data_source)
+        return cls(task_id, parsed)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "id": self.id, "groupId": self.group_id, "dataSource": self.data_source,
+                "resource": {"availabilityGroup": self.group_id, "requiredCapacity": 1},
+                "spec": self.payload.spec.to_json(), "context": {**self.payload.context, "priority": self.priority}}
+
+
+def new_batch_task_id(task_type: str, data_source: str) -> str:
+    """Druid's shape: <type>_<dataSource>_<8 random letters>_<creation time>."""
+    suffix = "".join(secrets.choice(string.ascii_lowercase) for _ in range(8))
+    return f"{task_type}_{data_source}_{suffix}_{format_timestamp(datetime.now(UTC))}"
+
+
+def lock_type(payload: BatchTaskPayload) -> str:
+    """Druid's TaskLocks rules: `useConcurrentLocks` takes APPEND locks to append and REPLACE locks to overwrite;
+    otherwise `taskLockType`, or SHARED with `useSharedLock`, else EXCLUSIVE. Only appends may share chunks."""
+    context, mode = payload.context, payload.spec.io_config.mode
+    if context.get("useConcurrentLocks"):
+        return "APPEND" if mode is IngestionMode.APPEND else "REPLACE"
+    chosen = context.get("taskLockType") or ("SHARED" if context.get("useSharedLock") else "EXCLUSIVE")
+    if chosen in ("SHARED", "APPEND") and mode is not IngestionMode.APPEND:
+        return "EXCLUSIVE"
+    return str(chosen)
+
+
+class BatchIndexTask:
+    def __init__(self, spec: BatchIndexTaskSpec, toolbox: TaskToolbox) -> None:
+        self.spec = spec
+        self.toolbox = toolbox
+        ingestion = spec.payload.spec
+        self.parse_exceptions = SavedParseExceptions(ingestion.tuning_config.max_saved_parse_exceptions)
+        self.state = "NOT_STARTED"
+        self.row_stats = RowStats()
+        self.segments: list[DataSegment] = []
+        self._stopped = threading.Event()
+
+    # -- the task contract ---------------------------------------------------------------------------------
+
+    def run(self) -> TaskStatus:
+        started = time.monotonic()
+        try:
+            self._run()
+            status = TaskStatus(self.spec.id, "SUCCESS")
+        except TaskFailure as failure:
+            status = TaskStatus.failure(self.spec.id, str(failure))
+        except Exception as error:  # noqa: BLE001 - a Spark or source error fails the task with its reason
+            log.exception("task %s failed", self.spec.id)
+            status = TaskStatus.failure(self.spec.id, _reason(error, self._stopped.is_set()))
+        status = TaskStatus(status.id, status.status_code, status.error_msg, int((time.monotonic() - started) * 1000))
+        self.state = "COMPLETED"
+        write_task_file(self.toolbox.task_dir, REPORT_FILE, self.report(status))
+        shutil.rmtree(self.toolbox.task_dir / "work", ignore_errors=True)
+        return status
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self.toolbox.spark is not None:
+            self.toolbox.spark.sparkContext.cancelJobGroup(self.spec.id)
+
+    def stop_gracefully(self) -> None:
+        self.stop()
+
+    def report(self, status: TaskStatus | None = None) -> dict[str, Any]:
+        """Druid's ingestionStatsAndErrors report."""
+        return {"ingestionStatsAndErrors": {
+            "type": "ingestionStatsAndErrors", "taskId": self.spec.id,
+            "payload": {
+                "ingestionState": self.state,
+                "unparseableEvents": self.parse_exceptions.unparseable_events(),
+                "rowStats": {"determinePartitions": RowStats().to_json(), BUILD_SEGMENTS: self.row_stats.to_json()},
+                "segmentsPublished": len(self.segments),
+                "errorMsg": status.error_msg if status else None,
+                "segmentAvailabilityConfirmed": False, "segmentAvailabilityWaitTimeMs": 0,
+            },
+        }}
+
+    # -- the work ------------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        from sluice.connectors.sources import create_source
+        from sluice.connectors.spark import ConnectorRead
+        from sluice.task.pipeline import RowPipeline  # Spark is imported where it runs
+
+        ingestion = self.spec.payload.spec
+        schema, io, tuning = ingestion.data_schema, ingestion.io_config, ingestion.tuning_config
+        work = self.toolbox.task_dir / "work"
+        shutil.rmtree(work, ignore_errors=True)
+        granularity = schema.granularity_spec.segment_granularity
+        intervals = [Interval(*i) for i in schema.granularity_spec.parsed_intervals()]
+        locked = self._lock_up_front(intervals, granularity) if intervals and io.mode is not IngestionMode.APPEND else {}
+
+        plan = _plan(self.spec.payload)
+        source = create_source(io.input_source, io.input_format, plan.fields, tuning.split_hint_spec,
+                               druid=self._druid_source)
+        spark = self.toolbox.spark
+        spark.sparkContext.setJobGroup(self.spec.id, f"Sluice task {self.spec.id}", True)
+        pipeline = RowPipeline(spark, plan, IntervalsWindow(tuple((i.start, i.end) for i in intervals)))
+        self.state = "BUILD_SEGMENTS"
+        with ConnectorRead(spark, source, tuning.max_num_concurrent_sub_tasks) as read:
+            # rows are written as read: the merge rolls them up, in one shuffle instead of two
+            result = pipeline.persist(read.dataframe(), work / "persist", rollup=False)
+            read.checkpoint_complete()
+        self._count(result.stats, result.parse_error_sample)
+        self._check_stopped()
+
+        spec = tuning.effective_partitions_spec
+        if isinstance(spec, DynamicPartitionsSpec):
+            files = [(f.bucket_start_millis, f.path, f.num_rows, None)
+                     for f in pipeline.merge([work / "persist"], granularity, spec.max_rows_per_segment, work / "merged")]
+        else:
+            from sluice.task import partitioning
+
+            dimensions = [d.name for d in schema.dimensions_spec.dimensions]
+            rows = partitioning.shard_rows(pipeline.merged_rows([work / "persist"], granularity), spec, dimensions)
+            sharded = partitioning.write_shards(rows, work / "merged")
+            shards = partitioning.shard_specs(sharded, spec, dimensions)
+            files = [(f.bucket_start_millis, f.path, f.num_rows, shards[f.path]) for f in sharded]
+        self._check_stopped()
+        segments = self._segments(files, granularity, io.mode, locked, plan, intervals, work)
+        self._check_stopped()
+        result_ = actions.publish_segments(self.toolbox.actions, schema.data_source, segments)
+        if not result_.success:
+            raise TaskFailure(result_.message or "publishing the segments failed")
+        self.segments = segments
+        emitter, dims = self.toolbox.emitter, {"dataSource": schema.data_source, "taskId": self.spec.id,
+                                               "taskType": self.spec.type}
+        emitter.metric(metrics.SEGMENT_ADDED_BYTES, sum(s.size for s in segments), **dims)
+        log.info("task %s published %d segments (%d rows)", self.spec.id, len(segments),
+                 sum(s.num_rows for s in segments))
+
+    def _druid_source(self, spec: Any, fields: Any) -> Any:
+        from sluice.connectors.sources.druid import DruidSource
+
+        return DruidSource.for_task(spec, fields, self.toolbox.metadata, self.toolbox.deep_storage)
+
+    def _count(self, stats: RowStats, sample: str | None) -> None:
+        self.row_stats = stats
+        tuning = self.spec.payload.spec.tuning_config
+        dims = {"dataSource": self.spec.data_source, "taskId": self.spec.id, "taskType": self.spec.type}
+        for name, value in ingestion_metrics(stats).items():
+            self.toolbox.emitter.metric(name, value, **dims)
+        if sample is not None:
+            self.parse_exceptions.add(sample, [f"Unable to parse row [{sample}]"])
+            if tuning.log_parse_exceptions:
+                log.error("task %s: unparseable row: %s", self.spec.id, sample)
+        errors = stats.unparseable + stats.processed_with_error
+        if errors > tuning.effective_max_parse_exceptions():
+            raise TaskFailure(f"Max parse exceptions[{tuning.effective_max_parse_exceptions()}] exceeded: "
+                              f"{stats.unparseable} unparseable, {stats.processed_with_error} processed with error"
+                              + (f"; e.g. {sample}" if sample else ""))
+
+    def _check_stopped(self) -> None:
+        if self._stopped.is_set():
+            raise TaskFailure("task was stopped; nothing was published")
+
+    def _lock(self, interval: Interval) -> str:
+        """The version this task writes `interval` at, from its time-chunk lock."""
+        lock = actions.lock_time_chunk(self.toolbox.actions, interval, lock_type(self.spec.payload), LOCK_TIMEOUT_MS)
+        return str(lock["version"])
+
+    def _lock_up_front(self, intervals: list[Interval], granularity: Granularity) -> dict[Interval, str]:
+        """With intervals given, Druid locks every time chunk before reading."""
+        return {chunk: self._lock(chunk) for chunk in _chunks(intervals, granularity)}
+
+    def _segments(self, files: list[tuple[int, Path, int, dict[str, Any] | None]], granularity: Granularity,
+                  mode: IngestionMode, locked: dict[Interval, str], plan: IngestPlan, intervals: list[Interval],
+                  work: Path) -> list[DataSegment]:
+        """Ids for the files (and tombstones), pushed to deep storage."""
+        schema = self.spec.payload.spec.data_schema
+        pushed: list[DataSegment] = []
+        if mode is IngestionMode.APPEND:
+            previous: str | None = None
+            for bucket_millis, path, rows, _ in files:
+                bucket = datetime.fromtimestamp(bucket_millis / 1000, UTC)
+                segment_id = actions.allocate_segment(self.toolbox.actions, schema.data_source, bucket, granularity,
+                                                      self.spec.id, previous, lock_type(self.spec.payload))
+                previous = str(segment_id)
+                pushed.append(self._push(segment_id, path, rows, numbered_shard_spec(segment_id.partition_num)))
+            return pushed
+        by_chunk: dict[Interval, list[tuple[Path, int, dict[str, Any] | None]]] = {}
+        for bucket_millis, path, rows, shard in files:
+            start = datetime.fromtimestamp(bucket_millis / 1000, UTC)
+            by_chunk.setdefault(Interval(start, granularity.bucket_end(start)), []).append((path, rows, shard))
+        if mode is IngestionMode.REPLACE:
+            for chunk in _chunks(intervals, granularity):
+                by_chunk.setdefault(chunk, [])
+        for chunk, chunk_files in sorted(by_chunk.items()):
+            version = locked.get(chunk) or self._lock(chunk)
+            if not chunk_files:  # REPLACE: a tombstone overshadows what the chunk held
+                tombstone = work / "tombstones" / f"{chunk.start.timestamp():.0f}.parquet"
+                _write_empty_segment(tombstone, plan, schema)
+                segment_id = SegmentId(schema.data_source, chunk, version, 0)
+                pushed.append(self._push(segment_id, tombstone, 0, {"type": "tombstone", "partitionNum": 0,
+                                                                       "partitions": 1}))
+                continue
+            for i, (path, rows, shard) in enumerate(chunk_files):
+                shard = shard or numbered_shard_spec(i, len(chunk_files))
+                segment_id = SegmentId(schema.data_source, chunk, version, shard["partitionNum"])
+                pushed.append(self._push(segment_id, path, rows, shard))
+        return pushed
+
+    def _push(self, segment_id: SegmentId, path: Path, rows: int, shard_spec: dict[str, Any]) -> DataSegment:
+        schema = self.spec.payload.spec.data_schema
+        load_spec = self.toolbox.deep_storage.push(path, segment_id, unique_path=True)
+        return DataSegment(id=segment_id, dimensions=[d.name for d in schema.dimensions_spec.dimensions],
+                           metrics=[m.name for m in schema.metrics_spec],
+                           aggregators=[m.to_json() for m in schema.metrics_spec], shard_spec=shard_spec,
+                           num_rows=rows, size=path.stat().st_size, load_spec=load_spec)
+
+
+def _plan(payload: BatchTaskPayload) -> IngestPlan:
+    io = payload.spec.io_config
+    flatten = io.input_format.flatten_spec if isinstance(io.input_format, JsonInputFormat) else None
+    return compile_plan(payload.spec.data_schema, flatten)
+
+
+def _chunks(intervals: list[Interval], granularity: Granularity) -> list[Interval]:
+    """The segmentGranularity time chunks that the intervals touch."""
+    chunks: set[Interval] = set()
+    for interval in intervals:
+        start = granularity.bucket_start(interval.start)
+        while start < interval.end:
+            end = granularity.bucket_end(start)
+            chunks.add(Interval(start, end))
+            start = end
+    return sorted(chunks)
+
+
+_ARROW_TYPES = {"string": pa.string(), "long": pa.int64(), "float": pa.float32(), "double": pa.float64(),
+                "BIGINT": pa.int64(), "DOUBLE": pa.float64(), "FLOAT": pa.float32()}
+
+
+def _write_empty_segment(path: Path, plan: IngestPlan, schema: Any) -> None:
+    """A segment file with the data source's columns and no row: what a tombstone reads as."""
+    fields = [pa.field(TIME, pa.timestamp("ms", tz="UTC"))]
+    fields += [pa.field(d.name, _ARROW_TYPES[d.type]) for d in schema.dimensions_spec.dimensions]
+    fields += [pa.field(a.spec.name, _ARROW_TYPES[a.sql_type]) for a in plan.aggregators]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.schema(fields).empty_table(), path)
+
+
+def _reason(error: Exception, stopped: bool) -> str:
+    """A failed Spark job's reason, without the JVM stack: the Python error a reader raised, if one did."""
+    if stopped:
+        return "task was stopped; nothing was published"
+    text = str(error)
+    for marker in ("Error: ", "Exception: "):
+        lines = [line.strip() for line in text.splitlines() if marker in line and not line.strip().startswith("at ")]
+        python = [line for line in lines if not line.startswith(("org.", "java.", "py4j", "scala."))]
+        if python:
+            return python[-1][:2000]
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"[:2000]
