@@ -34,9 +34,11 @@ from sluice.overlord.task_actions import LocalTaskActionClient, TaskActionToolbo
 from sluice.overlord.task_queue import MAX_SIZE, TaskQueue
 from sluice.segment.deep_storage import DeepStorage
 from sluice.server.api_chat import chat_router
+from sluice.server.api_coordinator import coordinator_router
 from sluice.server.api_metrics import metrics_router
 from sluice.server.api_native import native_router
 from sluice.server.api_sql import sql_router
+from sluice.server.api_sql_task import sql_task_router
 from sluice.server.api_supervisor import supervisor_router
 from sluice.server.api_task import task_router
 from sluice.server.api_task_action import task_action_router
@@ -211,6 +213,8 @@ class Node:
         self.app.include_router(supervisor_router(self.supervisors))
         self.app.include_router(task_router(self.metadata, self.task_queue, self.supervisors, self.config.url, workers))
         self.app.include_router(task_action_router(self.task_actions))
+        self.app.include_router(coordinator_router(self.metadata, self.task_queue))
+        self.app.include_router(sql_task_router(self.task_queue))
 
     def _stop_supervisors(self) -> None:
         self.supervisors.stop()

@@ -46,7 +46,6 @@ from sluice.timestamps import format_timestamp
 
 log = logging.getLogger(__name__)
 
-TASK_TYPES = ("index_parallel", "index")
 #: Druid's taskLockTimeout default: how long a task waits for a lock another task holds
 LOCK_TIMEOUT_MS = 300_000
 REPORT_FILE = "report.json"
@@ -102,6 +101,14 @@ class BatchIndexTaskSpec:
         return {"type": self.type, "id": self.id, "groupId": self.group_id, "dataSource": self.data_source,
                 "resource": {"availabilityGroup": self.group_id, "requiredCapacity": 1},
                 "spec": self.payload.spec.to_json(), "context": {**self.payload.context, "priority": self.priority}}
+
+
+def spec_from_json(payload: dict[str, Any]) -> BatchIndexTaskSpec:
+    return BatchIndexTaskSpec.from_json(payload)
+
+
+def create(spec: BatchIndexTaskSpec, toolbox: TaskToolbox) -> BatchIndexTask:
+    return BatchIndexTask(spec, toolbox)
 
 
 def new_batch_task_id(task_type: str, data_source: str) -> str:

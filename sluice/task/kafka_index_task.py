@@ -158,6 +158,16 @@ def message_window(io: KafkaIOConfig, created: datetime) -> MessageWindow:
     return MessageWindow(minimum, maximum)
 
 
+def spec_from_json(payload: dict[str, Any]) -> KafkaIndexTaskSpec:
+    if not isinstance(payload.get("id"), str) or not payload["id"]:
+        raise TaskFailure("a task needs a JSON object with a non-empty string 'id'")
+    return KafkaIndexTaskSpec.from_json(payload)
+
+
+def create(spec: KafkaIndexTaskSpec, toolbox: TaskToolbox) -> KafkaIndexTask:
+    return KafkaIndexTask(spec, toolbox)
+
+
 def new_task_id(data_source: str, base_sequence_name: str) -> str:
     """Druid's shape: index_kafka_<dataSource>_<15 hex of the sequence>_<8 random letters>."""
     suffix = "".join(secrets.choice(string.ascii_lowercase) for _ in range(8))

@@ -5,6 +5,7 @@ machinery of queue, workers and peons without Spark).
 
 from __future__ import annotations
 
+import importlib
 import json
 import threading
 import time
@@ -162,35 +163,43 @@ class NoopTask:
         return {}
 
 
-def task_from_json(payload: Any) -> TaskSpec:
-    """Parse a stored or submitted task payload; raises TaskFailure (or SpecError, for a batch task's spec)
-    naming what is wrong. A batch task without an id gets one, as in Druid."""
-    from sluice.task.batch_index_task import TASK_TYPES, BatchIndexTaskSpec
-    from sluice.task.kafka_index_task import TASK_TYPE, KafkaIndexTaskSpec
+#: task type -> the module that runs it. A module has `spec_from_json(payload) -> TaskSpec` (raising TaskFailure or
+#: SpecError naming what is wrong) and `create(spec, toolbox) -> RunnableTask`; it is imported when a task of its
+#: type is first seen, so a process imports only what it runs (and Spark only where a task needs it).
+TASK_MODULES = {
+    "noop": "sluice.task.task",
+    "index_kafka": "sluice.task.kafka_index_task",
+    "index_parallel": "sluice.task.batch_index_task",
+    "index": "sluice.task.batch_index_task",
+    "compact": "sluice.task.compact_task",
+    "kill": "sluice.task.kill_task",
+    "query_controller": "sluice.sql_ingest.task",
+}
 
+
+def task_from_json(payload: Any) -> TaskSpec:
+    """Parse a stored or submitted task payload; raises TaskFailure (or SpecError, for an ingestion spec) naming
+    what is wrong."""
     if not isinstance(payload, dict):
         raise TaskFailure("a task must be a JSON object")
-    if payload.get("type") in TASK_TYPES:
-        return BatchIndexTaskSpec.from_json(payload)
-    if not isinstance(payload.get("id"), str) or not payload["id"]:
-        raise TaskFailure("a task needs a JSON object with a non-empty string 'id'")
-    if payload.get("type") == NoopTaskSpec.type:
-        return NoopTaskSpec.from_json(payload)
-    if payload.get("type") == TASK_TYPE:
-        return KafkaIndexTaskSpec.from_json(payload)
-    raise TaskFailure(f"task type {payload.get('type')!r} is not supported; Sluice runs "
-                      f"{', '.join(repr(t) for t in (*TASK_TYPES, TASK_TYPE, NoopTaskSpec.type))}")
+    module = TASK_MODULES.get(payload.get("type"))  # type: ignore[arg-type]
+    if module is None:
+        raise TaskFailure(f"task type {payload.get('type')!r} is not supported; Sluice runs "
+                          f"{', '.join(repr(t) for t in TASK_MODULES)}")
+    return importlib.import_module(module).spec_from_json(payload)
 
 
 def create_task(spec: TaskSpec, toolbox: TaskToolbox) -> RunnableTask:
-    from sluice.task.batch_index_task import BatchIndexTask, BatchIndexTaskSpec
-    from sluice.task.kafka_index_task import KafkaIndexTask, KafkaIndexTaskSpec
+    return importlib.import_module(TASK_MODULES[spec.type]).create(spec, toolbox)
 
-    if isinstance(spec, KafkaIndexTaskSpec):
-        return KafkaIndexTask(spec, toolbox)
-    if isinstance(spec, BatchIndexTaskSpec):
-        return BatchIndexTask(spec, toolbox)
-    assert isinstance(spec, NoopTaskSpec)
+
+def spec_from_json(payload: dict[str, Any]) -> NoopTaskSpec:
+    if not isinstance(payload.get("id"), str) or not payload["id"]:
+        raise TaskFailure("a task needs a JSON object with a non-empty string 'id'")
+    return NoopTaskSpec.from_json(payload)
+
+
+def create(spec: NoopTaskSpec, toolbox: TaskToolbox) -> NoopTask:
     return NoopTask(spec, toolbox.task_dir)
 
 
