@@ -1,10 +1,11 @@
 """The `sluice` command: `sluice start` runs all-in-one, `sluice overlord|worker|broker` one role each,
-`sluice quickstart` shows the whole path."""
+`sluice quickstart` shows the whole path, `sluice ingest` submits a batch ingestion and follows it."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,10 @@ def main(argv: list[str] | None = None) -> None:
         node.start()
         print(f"Sluice {args.role.value} serves on http://{args.host}:{args.port} (Ctrl-C to stop)")
         node.lifecycle.join()
+    elif args.command == "ingest":
+        from sluice.ingest_cli import ingest
+
+        sys.exit(ingest(args.spec, args.url, timeout_s=args.timeout))
     else:
         from sluice.dev.quickstart import run
 
@@ -112,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
                                  choices=["equalDistribution", "fillCapacity"])
         if role in (Role.ALL_IN_ONE, Role.OVERLORD):
             _add_overlord_options(command)
+
+    ingest = commands.add_parser("ingest", help="submit a batch task (.json) or SQL INSERT/REPLACE (.sql), show its "
+                                                "progress and row stats; exit 0 on success, 1 on failure")
+    ingest.add_argument("spec", type=Path, help="an index_parallel / index / compact task JSON, or a .sql statement")
+    ingest.add_argument("--url", default="http://127.0.0.1:8888", help="the overlord (or all-in-one node) to submit to")
+    ingest.add_argument("--timeout", type=float, help="stop following after this many seconds (the task runs on)")
 
     quickstart = commands.add_parser("quickstart", help="dev broker + sample data + example spec + SQL")
     quickstart.add_argument("--work-dir", type=Path, default=Path("var"))

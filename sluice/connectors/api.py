@@ -53,12 +53,15 @@ T = TypeVar("T")
 
 class Serializer(Generic[T]):
     """BitSail's versioned binary serializer: pickle behind a version number, so a stored coordinator state or
-    split can be refused clearly when its format changes."""
+    split can be refused clearly when its format changes. Spark's cloudpickle writes it, so that a split class
+    defined in a notebook or a script reaches the executors by value."""
 
     version = 1
 
     def serialize(self, value: T) -> bytes:
-        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        from pyspark import cloudpickle
+
+        return cloudpickle.dumps(value)
 
     def deserialize(self, version: int, data: bytes) -> T:
         if version != self.version:

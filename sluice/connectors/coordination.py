@@ -33,12 +33,28 @@ class Mailbox(Generic[SplitT]):
     no_more_splits: bool = False
 
 
+@dataclass(frozen=True)
+class ReadProgress:
+    """What the readers' current attempts have read: a failed attempt's rows were thrown away with it, so they
+    are not counted."""
+
+    rows: int = 0
+    bytes: int = 0
+    splits_done: int = 0
+    splits_assigned: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {"rowsRead": self.rows, "bytesRead": self.bytes, "splitsDone": self.splits_done,
+                "splitsAssigned": self.splits_assigned}
+
+
 @dataclass
 class _Reader(Generic[SplitT]):
     attempt: int
     #: everything assigned to this reader since the last completed checkpoint
     assigned: list[SplitT] = field(default_factory=list)
     mailbox: Mailbox[SplitT] = field(default_factory=Mailbox)
+    progress: ReadProgress = ReadProgress()
 
 
 class CoordinatorHost(CoordinatorContext[SplitT, StateT]):
@@ -84,6 +100,20 @@ class CoordinatorHost(CoordinatorContext[SplitT, StateT]):
             box, known.mailbox = known.mailbox, Mailbox()
             known.mailbox.no_more_splits = box.no_more_splits
             return box
+
+    def report_progress(self, reader: int, attempt: int, rows: int, size: int, splits_done: int) -> None:
+        """A reader attempt's running totals (rows and bytes handed to Spark, splits read through)."""
+        with self._lock:
+            known = self._readers.get(reader)
+            if known is not None and known.attempt == attempt:
+                known.progress = ReadProgress(rows, size, splits_done)
+
+    def progress(self) -> ReadProgress:
+        with self._lock:
+            readers = list(self._readers.values())
+        return ReadProgress(sum(r.progress.rows for r in readers), sum(r.progress.bytes for r in readers),
+                            sum(r.progress.splits_done for r in readers),
+                            len({s.split_id for r in readers for s in r.assigned}))
 
     def request_split(self, reader: int, hostname: str | None = None) -> None:
         with self._lock:

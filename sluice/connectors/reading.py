@@ -30,6 +30,7 @@ class CoordinatorChannel(Protocol):
     def poll(self, reader: int, attempt: int) -> Mailbox[Any]: ...
     def request_split(self, reader: int, hostname: str | None) -> None: ...
     def source_event(self, reader: int, event: dict[str, Any]) -> None: ...
+    def report_progress(self, reader: int, attempt: int, rows: int, size: int, splits_done: int) -> None: ...
 
 
 class _ReaderContext:
@@ -52,8 +53,9 @@ def read_assigned(source: Source[Any, Any], index: int, attempt: int, channel: C
     reader: SourceReader[Any] = source.create_reader(context)
     channel.register(index, attempt)
     reader.start()
+    progress = _Progress(reader)
     try:
-        _deliver(reader, channel.poll(index, attempt))
+        progress.deliver(channel.poll(index, attempt))
         polled = time.monotonic()
         wait = _IDLE_WAIT_S[0]
         asked = False
@@ -62,9 +64,11 @@ def read_assigned(source: Source[Any, Any], index: int, attempt: int, channel: C
             if batch is not None:
                 wait, asked = _IDLE_WAIT_S[0], False
                 if batch.num_rows:
+                    progress.count(batch)
                     yield batch
                 if time.monotonic() - polled > _POLL_EVERY_S:
-                    _deliver(reader, channel.poll(index, attempt))
+                    channel.report_progress(index, attempt, *progress.totals())
+                    progress.deliver(channel.poll(index, attempt))
                     polled = time.monotonic()
                 continue
             if not asked:
@@ -72,19 +76,38 @@ def read_assigned(source: Source[Any, Any], index: int, attempt: int, channel: C
                 asked = True
             time.sleep(wait)
             wait = min(wait * 2, _IDLE_WAIT_S[1])
-            _deliver(reader, channel.poll(index, attempt))
+            progress.deliver(channel.poll(index, attempt))
             polled = time.monotonic()
+        channel.report_progress(index, attempt, *progress.totals())
     finally:
         reader.close()
 
 
-def _deliver(reader: SourceReader[Any], box: Mailbox[Any]) -> None:
-    if box.splits:
-        reader.add_splits(box.splits)
-    for event in box.events:
-        reader.handle_source_event(event)
-    if box.no_more_splits:
-        reader.notify_no_more_splits()
+class _Progress:
+    """A reader attempt's running totals, and the hand-over of its mailbox (which tells which splits it got)."""
+
+    def __init__(self, reader: SourceReader[Any]) -> None:
+        self._reader = reader
+        self._received: set[str] = set()
+        self.rows = 0
+        self.size = 0
+
+    def deliver(self, box: Mailbox[Any]) -> None:
+        if box.splits:
+            self._received.update(s.split_id for s in box.splits)
+            self._reader.add_splits(box.splits)
+        for event in box.events:
+            self._reader.handle_source_event(event)
+        if box.no_more_splits:
+            self._reader.notify_no_more_splits()
+
+    def count(self, batch: pa.RecordBatch) -> None:
+        self.rows += batch.num_rows
+        self.size += batch.nbytes
+
+    def totals(self) -> tuple[int, int, int]:
+        unfinished = {s.split_id for s in self._reader.snapshot_state(0)}
+        return self.rows, self.size, len(self._received - unfinished)
 
 
 def read_all(source: Source[Any, Any], parallelism: int = 2) -> pa.Table:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
+from pyspark import cloudpickle
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
@@ -66,6 +67,8 @@ class _Handler(BaseHTTPRequestHandler):
                 host.request_split(reader, body.get("hostname"))
             elif self.path == "/event":
                 host.source_event(reader, body["event"])
+            elif self.path == "/progress":
+                host.report_progress(reader, attempt, int(body["rows"]), int(body["bytes"]), int(body["splitsDone"]))
             else:
                 self.send_error(404)
                 return
@@ -112,6 +115,9 @@ class HttpChannel:
 
     def source_event(self, reader: int, event: dict[str, Any]) -> None:
         self._post("/event", reader=reader, event=event)
+
+    def report_progress(self, reader: int, attempt: int, rows: int, size: int, splits_done: int) -> None:
+        self._post("/progress", reader=reader, attempt=attempt, rows=rows, bytes=size, splitsDone=splits_done)
 
     def _post(self, path: str, **body: Any) -> dict[str, Any]:
         request = urllib.request.Request(self._url + path, json.dumps(body).encode(),
@@ -200,7 +206,8 @@ class ConnectorRead:
 
     def dataframe(self) -> DataFrame:
         return (self.spark.read.format(SOURCE_NAME)
-                .option("source", _encode(pickle.dumps(self.source, protocol=pickle.HIGHEST_PROTOCOL)))
+                # cloudpickle: a source defined in a notebook or a script travels by value
+                .option("source", _encode(cloudpickle.dumps(self.source)))
                 .option("coordinator", self.url).option("parallelism", str(self.parallelism)).load())
 
     def checkpoint_complete(self, checkpoint_id: int = 1) -> None:

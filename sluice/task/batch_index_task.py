@@ -11,7 +11,8 @@ Modes (Druid's BatchIngestionMode): APPEND allocates segments that join each tim
 next to what is there (a streaming supervisor's segments included); REPLACE_LEGACY locks every chunk it
 writes and publishes a new version that overshadows the chunk's old segments; REPLACE does that for every
 chunk of `granularitySpec.intervals`, and a chunk without rows gets a tombstone (an empty segment) that
-overshadows what was there.
+overshadows what was there. The context key `sqlReplaceTimeChunks: "all"` (what SQL's REPLACE … OVERWRITE ALL
+sets, as Druid's SQL layer does) makes every chunk the data source holds part of the replaced range.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sluice.connectors.coordination import ReadProgress
 from sluice.emitter import metrics
 from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
 from sluice.spec.batch import (BatchTaskPayload, DynamicPartitionsSpec, IngestionMode, parse_batch_task)
@@ -139,6 +141,9 @@ class BatchIndexTask:
         self.row_stats = RowStats()
         self.segments: list[DataSegment] = []
         self._stopped = threading.Event()
+        #: the coordinator of the read in progress, whose readers report what they have read
+        self._read: Any = None
+        self._progress = ReadProgress()
 
     # -- the task contract ---------------------------------------------------------------------------------
 
@@ -175,6 +180,7 @@ class BatchIndexTask:
                 "unparseableEvents": self.parse_exceptions.unparseable_events(),
                 "rowStats": {"determinePartitions": RowStats().to_json(), BUILD_SEGMENTS: self.row_stats.to_json()},
                 "segmentsPublished": len(self.segments),
+                "progress": (self._read.host.progress() if self._read is not None else self._progress).to_json(),
                 "errorMsg": status.error_msg if status else None,
                 "segmentAvailabilityConfirmed": False, "segmentAvailabilityWaitTimeMs": 0,
             },
@@ -203,9 +209,13 @@ class BatchIndexTask:
         pipeline = RowPipeline(spark, plan, IntervalsWindow(tuple((i.start, i.end) for i in intervals)))
         self.state = "BUILD_SEGMENTS"
         with ConnectorRead(spark, source, tuning.max_num_concurrent_sub_tasks) as read:
-            # rows are written as read: the merge rolls them up, in one shuffle instead of two
-            result = pipeline.persist(read.dataframe(), work / "persist", rollup=False)
-            read.checkpoint_complete()
+            self._read = read
+            try:
+                # rows are written as read: the merge rolls them up, in one shuffle instead of two
+                result = pipeline.persist(read.dataframe(), work / "persist", rollup=False)
+                read.checkpoint_complete()
+            finally:
+                self._progress, self._read = read.host.progress(), None
         self._count(result.stats, result.parse_error_sample)
         self._check_stopped()
 
@@ -289,6 +299,10 @@ class BatchIndexTask:
             by_chunk.setdefault(Interval(start, granularity.bucket_end(start)), []).append((path, rows, shard))
         if mode is IngestionMode.REPLACE:
             for chunk in _chunks(intervals, granularity):
+                by_chunk.setdefault(chunk, [])
+        if self.spec.payload.context.get("sqlReplaceTimeChunks") == "all":  # SQL's REPLACE … OVERWRITE ALL
+            used = self.toolbox.metadata.used_segments(schema.data_source)
+            for chunk in _chunks([s.interval for s in used], granularity):
                 by_chunk.setdefault(chunk, [])
         for chunk, chunk_files in sorted(by_chunk.items()):
             version = locked.get(chunk) or self._lock(chunk)
