@@ -43,7 +43,10 @@ class _Assigned:
 
 
 class HttpRemoteTaskRunner(StatusListeners):
-    restores_tasks = True  # tasks live in peons on workers, so they outlive an overlord restart
+    def restores(self, spec: TaskSpec) -> bool:
+        """Tasks live in peons on workers, so they outlive an overlord restart (a worker that restarts resumes the
+        ones that can, and reports the others failed)."""
+        return True
 
     def __init__(self, metadata: MetadataStore, select_strategy: str = "equalDistribution",
                  period: float = 0.5, heartbeat_period: float = HEARTBEAT_PERIOD,

@@ -48,7 +48,9 @@ def _allocator(metadata: MetadataStore) -> SegmentAllocator:
 
 
 class Runner(Protocol):
-    restores_tasks: bool
+    def restores(self, spec: TaskSpec) -> bool:
+        """Whether an active task of a restarted overlord is still the runner's (or resumes on it)."""
+        ...
 
     def run(self, spec: TaskSpec) -> None: ...
     def status(self, task_id: str) -> TaskStatus | None: ...
@@ -83,10 +85,10 @@ class TaskQueue(StatusListeners):
         for record in self._metadata.list_tasks(active=True):
             try:
                 spec = task_from_json(record.payload)
-            except TaskFailure as error:
+            except (TaskFailure, ValueError) as error:  # ValueError: a SpecError of an ingestion spec
                 self._store(TaskStatus.failure(record.id, f"stored payload no longer valid: {error}"))
                 continue
-            if self.runner.restores_tasks:
+            if self.runner.restores(spec):
                 self._tasks[spec.id] = spec
             else:
                 self._store(TaskStatus.failure(spec.id, "the process running this task stopped before it finished"))

@@ -1,9 +1,11 @@
 """Runs tasks as threads of this process, on the process's shared SparkSession.
 
 The all-in-one `sluice start` uses it: no peon start-up and one Spark for every task. Its tasks stop with the
-process, gracefully or not; the restarted node's task queue gives it the tasks that were still running
-(`restores_tasks`), and each streaming task resumes from what its task directory holds (`sequences.json` and
-its persists), so a node restart neither re-reads what was read nor loses what was not published.
+process, gracefully or not; the restarted node's task queue gives it the tasks that were still running and can
+resume (`restores`), and each streaming task resumes from what its task directory holds (`sequences.json` and
+its persists), so a node restart neither re-reads what was read nor loses what was not published. A task that
+cannot resume (a batch task) fails instead, as Druid fails it: it may have published before the process died,
+and running it again could append its rows twice.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ log = logging.getLogger(__name__)
 
 
 class ThreadTaskRunner(StatusListeners):
-    restores_tasks = True
+    def restores(self, spec: TaskSpec) -> bool:
+        return spec.can_restore
 
     def __init__(self, toolbox_factory: Callable[[str, Path], TaskToolbox], tasks_dir: Path) -> None:
         """`toolbox_factory(task id, task dir)` gives a task what it needs from this process."""

@@ -19,7 +19,7 @@ from sluice.task.task import TaskSpec, TaskStatus
 class IdleRunner:
     """A runner that is never handed anything in these tests: the queue's management loop does not run."""
 
-    restores_tasks = False
+    def restores(self, spec: TaskSpec) -> bool: return False
 
     def run(self, spec: TaskSpec) -> None: ...
     def status(self, task_id: str) -> TaskStatus | None: return None
