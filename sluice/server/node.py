@@ -214,7 +214,7 @@ class Node:
         self.app.include_router(task_router(self.metadata, self.task_queue, self.supervisors, self.config.url, workers))
         self.app.include_router(task_action_router(self.task_actions))
         self.app.include_router(coordinator_router(self.metadata, self.task_queue))
-        self.app.include_router(sql_task_router(self.task_queue))
+        self.app.include_router(sql_task_router(self.task_queue, self.metadata))
 
     def _stop_supervisors(self) -> None:
         self.supervisors.stop()
