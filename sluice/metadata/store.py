@@ -429,6 +429,114 @@ class MetadataStore:
             return [Announcement(row.role, row.host, row.port, _load(row.payload), row.heartbeat)
                     for row in conn.execute(query)]
 
+    # -- segment management: used / unused, and kill (the coordinator's data-management API) -
+
+    def has_segments(self, data_source: str) -> bool:
+        """Whether any segment of the data source is stored, used or not: Druid answers a mark request for a data
+        source it does not know with 204."""
+        table = tables.segments
+        with self._reader.connect() as conn:
+            return conn.scalar(select(table.c.id).where(table.c.dataSource == data_source).limit(1)) is not None
+
+    def segments_by_id(self, data_source: str, segment_ids: Sequence[str]) -> dict[str, tuple[DataSegment, bool]]:
+        """The stored segments of these ids, used or not, with their `used` flag; unknown ids are left out."""
+        table = tables.segments
+        found: dict[str, tuple[DataSegment, bool]] = {}
+        with self._reader.connect() as conn:
+            for chunk in _chunked(list(dict.fromkeys(segment_ids))):
+                query = select(table.c.id, table.c.payload, table.c.used).where(
+                    table.c.dataSource == data_source, table.c.id.in_(chunk))
+                for row in conn.execute(query):
+                    found[row.id] = (DataSegment.from_payload(_load(row.payload)), bool(row.used))
+        return found
+
+    def mark_segments_unused(self, data_source: str, interval: Interval | None = None,
+                             segment_ids: Sequence[str] | None = None, versions: Sequence[str] | None = None) -> int:
+        """Mark used segments unused, those wholly inside `interval` (of `versions`, when given) or those of
+        `segment_ids`; the number changed. A segment only partly inside the interval stays used (Druid's rule), so
+        a request never hides part of a segment's rows."""
+        table = tables.segments
+        condition = _segment_filter(data_source, interval, segment_ids, versions)
+        with self._engine.begin() as conn:
+            result = conn.execute(update(table).where(table.c.used.is_(True), condition)
+                                  .values(used=False, used_status_last_updated=_now()))
+            return result.rowcount
+
+    def mark_segments_used(self, data_source: str, interval: Interval | None = None,
+                           segment_ids: Sequence[str] | None = None, versions: Sequence[str] | None = None) -> int:
+        """Mark unused segments used, those wholly inside `interval` (of `versions`) or those of `segment_ids`,
+        except the ones that would be overshadowed (Druid's markAsUsedNonOvershadowedSegments): by the used
+        segments, or by a newer version among the ones being marked. So marking an interval used again after a
+        compaction brings back the compacted segments, not the versions they replaced."""
+        table = tables.segments
+
+        def work(conn: Connection) -> int:
+            condition = _segment_filter(data_source, interval, segment_ids, versions)
+            candidates = [DataSegment.from_payload(_load(payload)) for payload in
+                          conn.scalars(select(table.c.payload).where(table.c.used.is_(False), condition))]
+            if not candidates:
+                return 0
+            start = min(c.interval.start for c in candidates)
+            end = max(c.interval.end for c in candidates)
+            used = [DataSegment.from_payload(_load(payload)) for payload in conn.scalars(
+                select(table.c.payload).where(table.c.dataSource == data_source, table.c.used.is_(True),
+                                              table.c.start < format_timestamp(end),
+                                              table.c.end > format_timestamp(start)))]
+            overshadowed = VersionedIntervalTimeline.from_segments([*used, *candidates]).find_fully_overshadowed()
+            ids = [str(c.id) for c in candidates if c.id not in overshadowed]
+            changed = 0
+            for chunk in _chunked(ids):
+                changed += conn.execute(update(table).where(table.c.id.in_(chunk), table.c.used.is_(False))
+                                        .values(used=True, used_status_last_updated=_now())).rowcount
+            return changed
+
+        return self._transaction(work)
+
+    def set_segment_used(self, data_source: str, segment_id: str, used: bool) -> bool:
+        """Mark one segment used or unused as asked, without looking at what overshadows it (Druid's single-segment
+        endpoints); True if its state changed."""
+        table = tables.segments
+        with self._engine.begin() as conn:
+            result = conn.execute(
+                update(table).where(table.c.dataSource == data_source, table.c.id == segment_id,
+                                    table.c.used.is_(not used))
+                .values(used=used, used_status_last_updated=_now()))
+            return result.rowcount == 1
+
+    def unused_segments(self, data_source: str, interval: Interval, versions: Sequence[str] | None = None,
+                        limit: int | None = None) -> list[DataSegment]:
+        """Unused segments wholly inside `interval` (of `versions`, when given), in segment id order, at most
+        `limit` (Druid's RetrieveUnusedSegmentsAction): what a kill task may delete."""
+        table = tables.segments
+        query = (select(table.c.payload)
+                 .where(table.c.used.is_(False), _segment_filter(data_source, interval, None, versions))
+                 .order_by(table.c.start, table.c.end, table.c.version, table.c.id))
+        if limit is not None:
+            query = query.limit(limit)
+        with self._reader.connect() as conn:
+            found = [DataSegment.from_payload(_load(payload)) for payload in conn.scalars(query)]
+        return sorted(found, key=lambda segment: segment.id)
+
+    def delete_unused_segments(self, data_source: str, segment_ids: Sequence[str]) -> int:
+        """Delete the rows of these segments (Druid's SegmentNukeAction), only while they are unused: a segment
+        marked used again in the meantime may be queried, so its row and file must stay. The number deleted."""
+        table = tables.segments
+        deleted = 0
+        with self._engine.begin() as conn:
+            for chunk in _chunked(list(segment_ids)):
+                deleted += conn.execute(delete(table).where(table.c.dataSource == data_source,
+                                                            table.c.id.in_(chunk), table.c.used.is_(False))).rowcount
+        return deleted
+
+    def delete_pending_segments(self, data_source: str, interval: Interval) -> int:
+        """Delete the pending segments (ids allocated and never published) wholly inside `interval`. Only call
+        it under an exclusive lock of the interval: then no task that allocated them can still publish them."""
+        pending = tables.pending_segments
+        with self._engine.begin() as conn:
+            return conn.execute(delete(pending).where(
+                pending.c.dataSource == data_source, pending.c.start >= format_timestamp(interval.start),
+                pending.c.end <= format_timestamp(interval.end))).rowcount
+
     # -- plumbing ----------------------------------------------------------------------------
 
     def _transaction(self, work: Callable[[Connection], T]) -> T:
@@ -649,3 +757,26 @@ def _load(payload: bytes) -> dict[str, Any]:
 def _sha1_hex(data: bytes) -> str:
     """Upper-case hex SHA-1, as Druid's ``BaseEncoding.base16()`` writes it."""
     return hashlib.sha1(data).hexdigest().upper()
+
+
+# SQLite allows at most 999 bound parameters in older builds; lists of ids are sent in chunks below that.
+_IN_CHUNK = 500
+
+
+def _chunked(values: list[str]) -> list[list[str]]:
+    return [values[i:i + _IN_CHUNK] for i in range(0, len(values), _IN_CHUNK)] or [[]]
+
+
+def _segment_filter(data_source: str, interval: Interval | None, segment_ids: Sequence[str] | None,
+                    versions: Sequence[str] | None) -> Any:
+    """The segments of a data-management request: wholly inside `interval`, or with one of `segment_ids`."""
+    table = tables.segments
+    condition = table.c.dataSource == data_source
+    if interval is not None:
+        condition = condition & (table.c.start >= format_timestamp(interval.start)) & (
+            table.c.end <= format_timestamp(interval.end))
+    if segment_ids is not None:
+        condition = condition & table.c.id.in_(list(segment_ids))
+    if versions is not None:
+        condition = condition & table.c.version.in_(list(versions))
+    return condition
