@@ -188,3 +188,32 @@ def test_a_bad_batch_spec_is_a_400_naming_the_field(http, change, path, message)
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error.startswith(path) and message in error, error
+
+
+@pytest.mark.parametrize(("parse_spec", "data"), [
+    ({"format": "csv", "columns": ["ts", "channel", "page", "added", "deleted"], "hasHeaderRow": True},
+     lambda events: "ts,channel,page,added,deleted\n" + "\n".join(
+         f'{e["ts"]},{e["channel"]},"{e["page"]}",{e["added"]},{e["deleted"]}' for e in events)),
+    ({"columns": ["ts", "channel", "page", "added", "deleted"]},  # no format: Druid's default, tsv
+     lambda events: "\n".join(f'{e["ts"]}\t{e["channel"]}\t{e["page"]}\t{e["added"]}\t{e["deleted"]}' for e in events)),
+    ({"format": "json"}, ndjson),
+])
+def test_the_legacy_parser_form_is_moved_into_todays_places(http, parse_spec, data):
+    data_source = f"batch_legacy_{parse_spec.get('format', 'tsv')}"
+    events = rows(120)
+    payload = task(data_source, {"type": "inline", "data": data(events)})
+    schema = payload["spec"]["dataSchema"]
+    schema["parser"] = {"type": "string", "parseSpec": {**parse_spec, "timestampSpec": schema.pop("timestampSpec"),
+                                                        "dimensionsSpec": schema.pop("dimensionsSpec")}}
+    run(http, payload)
+    assert by_channel(http, data_source) == totals(events)
+
+
+def test_parse_exceptions_are_reported_with_where_the_row_came_from(http):
+    data = ndjson(rows(20)) + '\n{"ts": "not a time", "channel": "#x"}\n{oops\n'
+    result = run(http, task("batch_parse_report", {"type": "inline", "data": data}, {"type": "json"},
+                            tuning={"maxSavedParseExceptions": 5, "logParseExceptions": True}))
+    stats = result["report"]["payload"]["rowStats"]["buildSegments"]
+    assert (stats["processed"], stats["unparseable"]) == (20, 2)
+    [saved] = result["report"]["payload"]["unparseableEvents"]["buildSegments"]
+    assert saved["input"].startswith("inline:2") and saved["errorType"] == "unparseable"
