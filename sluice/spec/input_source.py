@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from sluice.spec.filters import DimFilter
 from sluice.spec.model import SpecModel
@@ -210,29 +210,24 @@ CombiningInputSource.model_rebuild()
 FORMATLESS_SOURCES = ("sql", "druid")
 
 
+#: a size in bytes, written as a number or as Druid's HumanReadableBytes text (`1GiB`, `500MB`)
+Bytes = Annotated[int, BeforeValidator(lambda value: parse_bytes(value) if isinstance(value, str) else value),
+                  Field(ge=1)]
+
+
 class MaxSizeSplitHint(SpecModel):
     """Druid's default split hint: files are grouped into splits of at most this many bytes or files (a file
     is never cut)."""
 
     type: Literal["maxSize"] = "maxSize"
-    max_split_size: int = Field(1 << 30, ge=1)
+    max_split_size: Bytes = 1 << 30
     max_num_files: int = Field(1000, ge=1)
-
-    @field_validator("max_split_size", mode="before")
-    @classmethod
-    def _human_bytes(cls, value: Any) -> Any:
-        return parse_bytes(value) if isinstance(value, str) else value
 
 
 class SegmentsSplitHint(SpecModel):
     type: Literal["segments"]
-    max_input_segment_bytes_per_task: int = Field(1 << 30, ge=1)
+    max_input_segment_bytes_per_task: Bytes = 1 << 30
     max_num_segments: int = Field(1000, ge=1)
-
-    @field_validator("max_input_segment_bytes_per_task", mode="before")
-    @classmethod
-    def _human_bytes(cls, value: Any) -> Any:
-        return parse_bytes(value) if isinstance(value, str) else value
 
 
 SplitHintSpec = Annotated[Union[MaxSizeSplitHint, SegmentsSplitHint], Field(discriminator="type")]

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sluice.metadata.store import MetadataStore
+from sluice.segment.columns import parquet_column_types
 
 _AGGREGATOR_TYPES = {"count": "long"}
 
@@ -37,14 +37,4 @@ def _file_types(load_spec: dict[str, Any]) -> dict[str, str]:
     path = load_spec.get("path") if load_spec.get("type") == "local" else None
     if not path or not Path(path).exists():
         return {}
-    types = {}
-    for field in pq.read_schema(path):
-        if pa.types.is_integer(field.type):
-            types[field.name] = "long"
-        elif pa.types.is_float32(field.type):
-            types[field.name] = "float"
-        elif pa.types.is_floating(field.type):
-            types[field.name] = "double"
-        else:
-            types[field.name] = "string"
-    return types
+    return parquet_column_types(pq.read_schema(path))

@@ -29,10 +29,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from sluice.segment.columns import parquet_column_types
 from sluice.segment.segment import DataSegment, Interval
 from sluice.segment.timeline import VersionedIntervalTimeline
 from sluice.spec.batch import BatchTuningConfig, parse_batch_task
@@ -42,7 +42,11 @@ from sluice.spec.filters import DimFilter
 from sluice.spec.granularity import GRANULARITIES, Granularity, parse_granularity
 from sluice.spec.intervals import parse_interval
 from sluice.spec.model import SpecModel
-from sluice.task.batch_index_task import BatchIndexTask, BatchIndexTaskSpec, new_batch_task_id
+from sluice.task.batch_index_task import (
+    BatchIndexTask,
+    BatchIndexTaskSpec,
+    new_batch_task_id,
+)
 from sluice.task.task import TaskFailure, TaskStatus, write_task_file
 from sluice.task.toolbox import TaskToolbox
 
@@ -290,22 +294,6 @@ def metrics_schema(segments: Sequence[InputSegment]) -> list[dict[str, Any]]:
                                   f"explicit metricsSpec (metric {combining['name']!r} is "
                                   f"{merged[combining['name']]['type']} in one segment, {combining['type']} in another)")
     return list(merged.values())
-
-
-def parquet_column_types(schema: pa.Schema) -> dict[str, str]:
-    """A segment file's columns as Druid's dimension types: integers long, 32-bit floats float, other floating
-    point double, everything else string."""
-    types: dict[str, str] = {}
-    for field in schema:
-        if pa.types.is_integer(field.type):
-            types[field.name] = "long"
-        elif pa.types.is_float32(field.type):
-            types[field.name] = "float"
-        elif pa.types.is_floating(field.type):
-            types[field.name] = "double"
-        else:
-            types[field.name] = "string"
-    return types
 
 
 def _payload(spec: CompactionTaskSpec, segments: Sequence[InputSegment], interval: Interval,

@@ -12,7 +12,8 @@ import pytest
 from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
 from sluice.spec.batch import IngestionMode, parse_batch_task
 from sluice.spec.errors import SpecError
-from sluice.task.compact_task import (COMPACTION_PRIORITY, InputSegment, compaction_payloads, parquet_column_types,
+from sluice.segment.columns import parquet_column_types
+from sluice.task.compact_task import (COMPACTION_PRIORITY, InputSegment, compaction_payloads,
                                       select_segments, spec_from_json)
 from sluice.task.task import TaskFailure
 

@@ -1,0 +1,22 @@
+"""A segment file's columns in Druid's types, read from its Parquet schema (what the metadata does not record:
+whether a dimension was ingested as a string, a long or a double)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+
+def parquet_column_types(schema: pa.Schema) -> dict[str, str]:
+    """A segment file's columns as Druid's dimension types: integers long, 32-bit floats float, other floating
+    point double, everything else string."""
+    types: dict[str, str] = {}
+    for field in schema:
+        if pa.types.is_integer(field.type):
+            types[field.name] = "long"
+        elif pa.types.is_float32(field.type):
+            types[field.name] = "float"
+        elif pa.types.is_floating(field.type):
+            types[field.name] = "double"
+        else:
+            types[field.name] = "string"
+    return types
