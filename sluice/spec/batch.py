@@ -253,10 +253,6 @@ class BatchTaskPayload(SpecModel):
     resource: dict[str, Any] | None = None
     created_time: str | None = None
 
-    @property
-    def priority(self) -> int:
-        return int(self.context.get("priority", BATCH_PRIORITY))
-
 
 _SPEC_PARTS = ("dataSchema", "ioConfig", "tuningConfig")
 

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from sluice.connectors.coordination import ReadProgress
 from sluice.emitter import metrics
 from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
-from sluice.spec.batch import (BatchTaskPayload, DynamicPartitionsSpec, IngestionMode, parse_batch_task)
+from sluice.spec.batch import BATCH_PRIORITY, BatchTaskPayload, DynamicPartitionsSpec, IngestionMode, parse_batch_task
 from sluice.spec.errors import SpecError
 from sluice.spec.granularity import Granularity
 from sluice.spec.input_format import JsonInputFormat
@@ -42,7 +42,7 @@ from sluice.task import actions
 from sluice.task.ingest_plan import TIME, IngestPlan, IntervalsWindow, compile_plan
 from sluice.task.meters import BUILD_SEGMENTS, SavedParseExceptions, ingestion_metrics
 from sluice.task.stats import RowStats
-from sluice.task.task import TaskFailure, TaskStatus, write_task_file
+from sluice.task.task import PayloadTaskSpec, TaskFailure, TaskStatus, write_task_file
 from sluice.task.toolbox import TaskToolbox
 from sluice.timestamps import format_timestamp
 
@@ -54,29 +54,22 @@ REPORT_FILE = "report.json"
 
 
 @dataclass(frozen=True)
-class BatchIndexTaskSpec:
+class BatchIndexTaskSpec(PayloadTaskSpec):
     id: str
     payload: BatchTaskPayload
 
     needs_spark = True
     #: a batch task that stops is run again from the start, as Druid's are
     can_restore = False
+    default_priority = BATCH_PRIORITY
 
     @property
     def type(self) -> str:
         return self.payload.type
 
     @property
-    def group_id(self) -> str:
-        return self.payload.group_id or self.id
-
-    @property
     def data_source(self) -> str:
         return self.payload.spec.data_schema.data_source
-
-    @property
-    def priority(self) -> int:
-        return self.payload.priority
 
     @classmethod
     def from_json(cls, payload: dict[str, Any]) -> BatchIndexTaskSpec:

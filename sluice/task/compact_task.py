@@ -47,7 +47,7 @@ from sluice.task.batch_index_task import (
     BatchIndexTaskSpec,
     new_batch_task_id,
 )
-from sluice.task.task import TaskFailure, TaskStatus, write_task_file
+from sluice.task.task import PayloadTaskSpec, TaskFailure, TaskStatus, write_task_file
 from sluice.task.toolbox import TaskToolbox
 
 log = logging.getLogger(__name__)
@@ -151,7 +151,7 @@ class CompactionTaskPayload(SpecModel):
 
 
 @dataclass(frozen=True)
-class CompactionTaskSpec:
+class CompactionTaskSpec(PayloadTaskSpec):
     id: str
     payload: CompactionTaskPayload
 
@@ -159,18 +159,11 @@ class CompactionTaskSpec:
     needs_spark = True
     #: like a batch task, a compaction that stops is run again from the start
     can_restore = False
-
-    @property
-    def group_id(self) -> str:
-        return self.payload.group_id or self.id
+    default_priority = COMPACTION_PRIORITY
 
     @property
     def data_source(self) -> str:
         return self.payload.data_source
-
-    @property
-    def priority(self) -> int:
-        return int(self.payload.context.get("priority", COMPACTION_PRIORITY))
 
     @property
     def io_config(self) -> CompactionIOConfig:

@@ -27,7 +27,7 @@ from sluice.spec.errors import SpecError, from_validation_error
 from sluice.spec.intervals import parse_interval
 from sluice.spec.model import SpecModel
 from sluice.task import actions
-from sluice.task.task import TaskFailure, TaskStatus, write_task_file
+from sluice.task.task import PayloadTaskSpec, TaskFailure, TaskStatus, write_task_file
 from sluice.task.toolbox import TaskToolbox
 from sluice.timestamps import format_timestamp
 
@@ -59,7 +59,7 @@ class KillTaskPayload(SpecModel):
 
 
 @dataclass(frozen=True)
-class KillTaskSpec:
+class KillTaskSpec(PayloadTaskSpec):
     id: str
     payload: KillTaskPayload
 
@@ -67,18 +67,11 @@ class KillTaskSpec:
     needs_spark = False
     #: deleting again from the start is safe: what was deleted is simply not found
     can_restore = False
-
-    @property
-    def group_id(self) -> str:
-        return self.payload.group_id or self.id
+    default_priority = KILL_PRIORITY
 
     @property
     def data_source(self) -> str:
         return self.payload.data_source
-
-    @property
-    def priority(self) -> int:
-        return int(self.payload.context.get("priority", KILL_PRIORITY))
 
     @property
     def interval(self) -> Interval:

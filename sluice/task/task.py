@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
 
 if TYPE_CHECKING:
     from sluice.task.toolbox import TaskToolbox
@@ -80,6 +80,23 @@ class RunnableTask(Protocol):
         process and ends without a final status; any other task just stops."""
         ...
     def report(self, status: TaskStatus | None = None) -> dict[str, Any]: ...
+
+
+class PayloadTaskSpec:
+    """What a task spec built around a validated Druid payload (with `groupId` and `context`) shares: its group is
+    its own id unless the payload names one, and its priority is the context's, else its type's default."""
+
+    id: str
+    payload: Any
+    default_priority: ClassVar[int]
+
+    @property
+    def group_id(self) -> str:
+        return self.payload.group_id or self.id
+
+    @property
+    def priority(self) -> int:
+        return int(self.payload.context.get("priority", self.default_priority))
 
 
 class StatusListeners:
