@@ -9,7 +9,8 @@ same transaction (exactly once).
 
 Supported, with Druid's type names and fields: timeChunkLockTryAcquire / lockTryAcquire,
 timeChunkLockAcquire / lockAcquire, lockRelease, lockList, segmentAllocate, segmentTransactionalInsert,
-segmentListUsed, checkPointDataSourceMetadata.
+segmentListUsed, retrieveUnusedSegments, segmentNuke, checkPointDataSourceMetadata; and Sluice's
+pendingSegmentsDelete (a kill task's last step, which Druid leaves to a coordinator duty).
 """
 
 from __future__ import annotations
@@ -141,6 +142,46 @@ def _segment_list_used(toolbox: TaskActionToolbox, task: LockTask, action: Mappi
             if not intervals or any(s.interval.overlaps(i) for i in intervals)]
 
 
+def _retrieve_unused(toolbox: TaskActionToolbox, task: LockTask, action: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Unused segments wholly inside `interval` (of `versions`), at most `limit`: what a kill task may delete."""
+    _check_data_source(task, action)
+    limit = action.get("limit")
+    return [s.to_payload() for s in toolbox.metadata.unused_segments(
+        action["dataSource"], Interval.parse(action["interval"]), action.get("versions"),
+        int(limit) if limit is not None else None)]
+
+
+def _segment_nuke(toolbox: TaskActionToolbox, task: LockTask, action: Mapping[str, Any]) -> list[str] | Denied:
+    """Delete the rows of unused segments, only under the task's unrevoked locks covering them; the ids deleted
+    (a segment marked used again meanwhile stays, and so must its file)."""
+    segments = [DataSegment.from_payload(payload) for payload in action["segments"]]
+    if any(s.data_source != task.data_source for s in segments):
+        raise TaskActionError(f"segments: a task of [{task.data_source}] can only nuke segments of it")
+    ids = [str(s.id) for s in segments]
+
+    def nuke(locks_valid: bool) -> list[str] | Denied:
+        if not locks_valid:
+            return Denied("The task's locks do not cover the segments or were revoked")
+        toolbox.metadata.delete_unused_segments(task.data_source, ids)
+        kept = toolbox.metadata.segments_by_id(task.data_source, ids)
+        return [i for i in ids if i not in kept]
+
+    return toolbox.lockbox.do_in_critical_section(task, sorted({s.interval for s in segments}, key=str), nuke)
+
+
+def _pending_delete(toolbox: TaskActionToolbox, task: LockTask, action: Mapping[str, Any]) -> int | Denied:
+    """Delete the pending segments wholly inside `interval`, only under the task's lock of it: then no task that
+    allocated them can still publish them."""
+    interval = Interval.parse(action["interval"])
+
+    def delete(locks_valid: bool) -> int | Denied:
+        if not locks_valid:
+            return Denied(f"The task holds no valid lock of {interval}")
+        return toolbox.metadata.delete_pending_segments(task.data_source, interval)
+
+    return toolbox.lockbox.do_in_critical_section(task, [interval], delete)
+
+
 def _checkpoint(toolbox: TaskActionToolbox, task: LockTask, action: Mapping[str, Any]) -> bool:
     """Forward a streaming task's checkpoint request to its supervisor (Druid's CheckPointDataSourceMetadataAction):
     `checkpointMetadata` holds the start offsets of the sequence the task wants to end."""
@@ -186,6 +227,9 @@ _HANDLERS: dict[str, Callable[[TaskActionToolbox, LockTask, Mapping[str, Any]], 
     "segmentAllocate": _segment_allocate,
     "segmentTransactionalInsert": _segment_transactional_insert,
     "segmentListUsed": _segment_list_used,
+    "retrieveUnusedSegments": _retrieve_unused,
+    "segmentNuke": _segment_nuke,
+    "pendingSegmentsDelete": _pending_delete,
     "checkPointDataSourceMetadata": _checkpoint,
 }
 

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from sluice.segment.segment import Interval
+from sluice.segment.segment import DataSegment, Interval
 from sluice.spec.errors import SpecError, from_validation_error
 from sluice.spec.intervals import parse_interval
 from sluice.spec.model import SpecModel
@@ -145,33 +145,34 @@ class KillTask:
             "numSegmentsKilled": self.num_segments_killed, "numBatchesProcessed": self.num_batches_processed}}}
 
     def _run(self) -> None:
-        payload, metadata, interval = self.spec.payload, self.toolbox.metadata, self.spec.interval
+        payload, client, interval = self.spec.payload, self.toolbox.actions, self.spec.interval
         data_source = self.spec.data_source
-        actions.lock_time_chunk(self.toolbox.actions, interval, "EXCLUSIVE", LOCK_TIMEOUT_MS)
+        actions.lock_time_chunk(client, interval, "EXCLUSIVE", LOCK_TIMEOUT_MS)
         log.info("task %s kills unused segments of %s in %s (versions %s, batchSize %d, limit %s)", self.spec.id,
                  data_source, interval, payload.versions, payload.batch_size, payload.limit)
-        shared = {_key(s.load_spec) for s in metadata.used_segments(data_source)}
+        shared = {_key(s.load_spec) for s in self.toolbox.metadata.used_segments(data_source)}
         while not self._stopped.is_set():
             size = payload.batch_size if payload.limit is None else min(payload.batch_size,
                                                                         payload.limit - self.num_segments_killed)
             if size <= 0:
                 break
-            batch = metadata.unused_segments(data_source, interval, payload.versions, size)
+            batch = [DataSegment.from_payload(p) for p in client.submit({
+                "type": "retrieveUnusedSegments", "dataSource": data_source, "interval": str(interval),
+                "versions": payload.versions, "limit": size})]
             if not batch:
                 break
             self._check_lock(interval)
-            ids = [str(s.id) for s in batch]
-            if metadata.delete_unused_segments(data_source, ids) == 0:
-                break  # all of them were marked used again meanwhile
-            kept = metadata.segments_by_id(data_source, ids)  # marked used again before the delete: they stay
+            deleted = set(client.submit({"type": "segmentNuke", "segments": [s.to_payload() for s in batch]}))
+            if not deleted:
+                break  # all of them were marked used again meanwhile: their rows and files stay
             for segment in batch:
-                if str(segment.id) not in kept and segment.load_spec and _key(segment.load_spec) not in shared:
+                if str(segment.id) in deleted and segment.load_spec and _key(segment.load_spec) not in shared:
                     self.toolbox.deep_storage.delete(segment.load_spec)
-            self.num_segments_killed += len(batch) - len(kept)
+            self.num_segments_killed += len(deleted)
             self.num_batches_processed += 1
         if self._stopped.is_set():
             raise TaskFailure(f"task was stopped after killing {self.num_segments_killed} segments")
-        self.num_pending_segments_killed = metadata.delete_pending_segments(data_source, interval)
+        self.num_pending_segments_killed = client.submit({"type": "pendingSegmentsDelete", "interval": str(interval)})
         log.info("task %s killed %d unused segments of %s in %d batches, and %d pending segments", self.spec.id,
                  self.num_segments_killed, data_source, self.num_batches_processed, self.num_pending_segments_killed)
 
