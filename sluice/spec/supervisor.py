@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
+import codecs
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import Field, ValidationError, ValidationInfo, field_serializer, field_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_serializer,
+    field_validator,
+    model_serializer,
+)
+from pydantic.alias_generators import to_camel
 
 from sluice.spec.data_schema import DataSchema
 from sluice.spec.errors import SpecError, from_validation_error
+from sluice.spec.input_format import (
+    LINE_FORMATS,
+    CsvInputFormat,
+    FlattenSpec,
+    RegexInputFormat,
+    TsvInputFormat,
+)
+from sluice.spec.legacy import from_legacy_parser
 from sluice.spec.model import SpecModel
 from sluice.spec.periods import format_period, parse_period
 
@@ -31,10 +50,149 @@ class PeriodField(SpecModel):
         return format_period(value) if isinstance(value, timedelta) else value
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# ioConfig.inputFormat: how a Kafka message becomes a record (Druid's data-formats reference)
+
+
 class JsonInputFormat(SpecModel):
     type: Literal["json"]
+    #: read by Spark's get_json_object beside from_json (ingest_plan.compile_plan)
+    flatten_spec: FlattenSpec | None = None
+    #: Jackson parser features; accepted as Druid does, and read with Spark's JSON parser's defaults
+    feature_spec: dict[str, Any] = Field(default_factory=dict)
     #: accepted: Sluice keeps absent and null columns alike (SQL-compatible nulls)
     keep_null_columns: bool = False
+
+    @model_serializer(mode="wrap")
+    def _without_unset_parts(self, handler: Any) -> dict[str, Any]:
+        """Druid's serialized form of a plain json format: no empty flattenSpec or featureSpec."""
+        data = handler(self)
+        for key in ("flattenSpec", "flatten_spec"):
+            if data.get(key, 0) is None:
+                del data[key]
+        for key in ("featureSpec", "feature_spec"):
+            if data.get(key, None) == {}:
+                del data[key]
+        return data
+
+
+class _OneRecordPerMessage(SpecModel):
+    """A Kafka message is one record without a header, so csv and tsv need `columns`. Druid's legacy parser refuses
+    a header or skipped rows on a stream ("hasHeaderRow or maxSkipHeaderRows is not supported"); today's reader
+    would take each message's first line as its header and drop every one-line message. Sluice answers 400 at
+    submission, before any task runs."""
+
+    columns: list[str] | None = Field(None, validate_default=True)
+
+    @field_validator("columns")
+    @classmethod
+    def _required(cls, value: list[str] | None) -> list[str] | None:
+        if not value:
+            raise ValueError("columns are required: a Kafka message has no header row to name them")
+        return value
+
+    @field_validator("find_columns_from_header", "has_header_row", "skip_header_rows", check_fields=False)
+    @classmethod
+    def _no_header(cls, value: Any, info: ValidationInfo) -> Any:
+        if value:
+            raise ValueError(f"hasHeaderRow or maxSkipHeaderRows is not supported on a stream: a Kafka message is "
+                             f"one record without a header (got {to_camel(info.field_name or '')} = {value})")
+        return value
+
+
+class StreamCsvFormat(_OneRecordPerMessage, CsvInputFormat):
+    pass
+
+
+class StreamTsvFormat(_OneRecordPerMessage, TsvInputFormat):
+    pass
+
+
+class FileOnlyFormat(SpecModel):
+    """parquet, orc and avro_ocf read whole files (footers, seeks): never one record per message."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["parquet", "orc", "avro_ocf"]
+
+    @field_validator("type")
+    @classmethod
+    def _not_for_messages(cls, value: str) -> str:
+        raise ValueError(f"inputFormat type {value!r} reads whole files, not one record per Kafka message; a "
+                         f"message is read as {', '.join(LINE_FORMATS)} (or kafka, around one of them)")
+
+
+#: the format of a message value or key: one record per message
+MessageFormat = Annotated[
+    JsonInputFormat | StreamCsvFormat | StreamTsvFormat | RegexInputFormat | FileOnlyFormat,
+    Field(discriminator="type"),
+]
+
+
+class KafkaHeaderFormat(SpecModel):
+    """Header values decoded as text (Druid's KafkaStringHeaderFormat)."""
+
+    type: Literal["string"]
+    #: a Java charset name; Python's codecs know the common ones by the same names
+    encoding: str = "UTF-8"
+
+    @field_validator("encoding")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        try:
+            codecs.lookup(value)
+        except LookupError:
+            raise ValueError(f"unknown encoding {value!r}") from None
+        return value
+
+
+class KafkaInputFormat(SpecModel):
+    """Druid's `kafka` inputFormat: the value parsed by `valueFormat`, blended with the message's metadata.
+
+    The metadata map is the headers (with `headerFormat` only; a repeated header key keeps its last value), then,
+    unless a header already has the name, the timestamp (epoch millis), the topic and the key (`keyFormat`'s
+    first column; no keyFormat, no key). The value's fields win over metadata fields of the same name
+    (KafkaInputReader.buildBlendedEventMap); Spark's JSON parse cannot tell an absent field from a null one, so a
+    null value field falls back to the metadata. A tombstone (null value) is a row of the metadata alone.
+    """
+
+    type: Literal["kafka"]
+    value_format: MessageFormat
+    key_format: MessageFormat | None = None
+    header_format: KafkaHeaderFormat | None = None
+    header_column_prefix: str = "kafka.header."
+    key_column_name: str = "kafka.key"
+    timestamp_column_name: str = "kafka.timestamp"
+    topic_column_name: str = "kafka.topic"
+
+    @field_validator("key_format")
+    @classmethod
+    def _plain_key(cls, value: Any) -> Any:
+        if isinstance(value, JsonInputFormat) and value.flatten_spec is not None:
+            raise ValueError("a keyFormat's flattenSpec is not supported: the key is the first field of the key's "
+                             "JSON object")
+        return value
+
+    def metadata_fields(self, fields: Sequence[str]) -> list[str]:
+        """Those of `fields` that the message's metadata can supply (what the reader must extract)."""
+        names = {self.timestamp_column_name, self.topic_column_name}
+        names |= {self.key_column_name} if self.key_format is not None else set()
+        headers = self.header_format is not None
+        return [f for f in fields if f in names or (headers and f.startswith(self.header_column_prefix))]
+
+
+#: the formats a Kafka message can be read with
+STREAM_FORMATS = (*LINE_FORMATS, "kafka")
+
+StreamFormat = Annotated[
+    JsonInputFormat | StreamCsvFormat | StreamTsvFormat | RegexInputFormat | KafkaInputFormat | FileOnlyFormat,
+    Field(discriminator="type"),
+]
+
+
+def flatten_spec_of(input_format: Any) -> FlattenSpec | None:
+    """The flattenSpec that `compile_plan` reads a JSON value with, if the value is JSON."""
+    value = input_format.value_format if isinstance(input_format, KafkaInputFormat) else input_format
+    return value.flatten_spec if isinstance(value, JsonInputFormat) else None
 
 
 class IdleConfig(SpecModel):
@@ -56,7 +214,7 @@ class IdleConfig(SpecModel):
 class KafkaIOConfig(PeriodField):
     type: Literal["kafka"] = "kafka"
     topic: str = Field(min_length=1)
-    input_format: JsonInputFormat
+    input_format: StreamFormat
     consumer_properties: dict[str, str | int | float | bool]
     poll_timeout: int = 100
     task_count: int = Field(1, ge=1)
@@ -73,6 +231,11 @@ class KafkaIOConfig(PeriodField):
     #: rows newer than the task's creation time plus taskDuration plus this period are thrown away
     early_message_rejection_period: timedelta | None = None
     idle_config: IdleConfig | None = None
+
+    @property
+    def flatten_spec(self) -> FlattenSpec | None:
+        """The flattenSpec a JSON message value is read with (the inputFormat's, or its kafka valueFormat's)."""
+        return flatten_spec_of(self.input_format)
 
     @field_validator("late_message_rejection_start_date_time", mode="before")
     @classmethod
@@ -196,65 +359,64 @@ _LEGACY_KEYS = ("dataSchema", "ioConfig", "tuningConfig")
 
 
 def parse_supervisor_spec(payload: Any) -> KafkaSupervisorSpec:
-    """Validate a submitted supervisor spec; raises SpecError naming the offending field path."""
+    """Validate a submitted supervisor spec; raises SpecError naming the offending field path as the user wrote it."""
     if not isinstance(payload, dict):
         raise SpecError("", "a supervisor spec must be a JSON object")
     if payload.get("type") not in ("kafka", None):
         raise SpecError("type", f"supervisor type {payload.get('type')!r} is not supported; Sluice runs 'kafka'")
     if "spec" in payload:
         # Druid's serialized form repeats the spec's parts at the top level; as in Druid, `spec` wins
-        current, paths = {k: v for k, v in payload.items() if k not in _LEGACY_KEYS}, {}
+        current = {k: v for k, v in payload.items() if k not in _LEGACY_KEYS}
+        current["spec"], paths = _from_legacy(current["spec"], "spec.")
     elif "dataSchema" in payload:
-        has_parser = isinstance(payload["dataSchema"], dict) and "parser" in payload["dataSchema"]
-        current, paths = _from_legacy(payload), _LEGACY_PATHS if has_parser else {"spec.": ""}
+        # the older form: the spec's parts beside `type`, without the `spec` wrapper
+        spec, paths = _from_legacy({k: payload[k] for k in _LEGACY_KEYS if k in payload}, "")
+        current = {"spec": spec, **{k: v for k, v in payload.items() if k not in (*_LEGACY_KEYS, "type")}}
+        paths["spec."] = ""
     else:
         current, paths = payload, {}
+    document = {"type": "kafka", **current}
     try:
-        return KafkaSupervisorSpec.model_validate({"type": "kafka", **current})
+        return KafkaSupervisorSpec.model_validate(document)
     except ValidationError as err:
-        error = from_validation_error(err, {"type": "kafka", **current})
-        raise SpecError(_legacy_path(error.path, paths), error.message) from None
+        error = from_validation_error(err, document)
+        path, message = error.path, error.message
+        first = err.errors()[0]
+        if first["type"] in ("union_tag_invalid", "union_tag_not_found") and path.endswith(_FORMAT_FIELDS):
+            # pydantic names the format; the user can act on its `type`
+            allowed = STREAM_FORMATS if path.endswith("inputFormat") else LINE_FORMATS
+            path += ".type"
+            tag = (first.get("ctx") or {}).get("tag")
+            message = (f"type {tag!r} is not supported" if tag else "Field required") + \
+                f"; a Kafka message is read as one of {', '.join(allowed)}"
+        raise SpecError(_legacy_path(path, paths), message) from None
 
 
-#: where a field of the normalized spec came from in the legacy form
-_LEGACY_PATHS = {
-    "spec.dataSchema.timestampSpec": "dataSchema.parser.parseSpec.timestampSpec",
-    "spec.dataSchema.dimensionsSpec": "dataSchema.parser.parseSpec.dimensionsSpec",
-    "spec.ioConfig.inputFormat": "dataSchema.parser.parseSpec.format",
-    "spec.": "",
-}
+#: the fields that hold an input format (a discriminated union on `type`)
+_FORMAT_FIELDS = ("inputFormat", "valueFormat", "keyFormat")
 
 
 def _legacy_path(path: str, paths: dict[str, str]) -> str:
+    """`path` in the normalized spec -> where the user wrote it (the first, most specific, match wins)."""
     for prefix, original in paths.items():
-        if path.startswith(prefix):
-            return original + path[len(prefix):] if original != "" else path[len(prefix):]
+        if path == prefix.removesuffix(".") or path.startswith(prefix if prefix.endswith(".") else prefix + "."):
+            rest = path[len(prefix):].lstrip(".")
+            return f"{original}.{rest}" if original and rest else original or rest
     return path
 
 
-def _from_legacy(payload: dict) -> dict:
-    """Move `dataSchema.parser.parseSpec` into today's places: timestampSpec, dimensionsSpec, inputFormat."""
-    data_schema = dict(payload.get("dataSchema") or {})
-    parser = data_schema.pop("parser", None)
-    io_config = dict(payload.get("ioConfig") or {})
-    if parser is not None:
-        if not isinstance(parser, dict) or not isinstance(parser.get("parseSpec"), dict):
-            raise SpecError("dataSchema.parser.parseSpec", "the legacy parser needs a parseSpec object")
-        if parser.get("type", "string") != "string":
-            raise SpecError("dataSchema.parser.type", f"parser type {parser.get('type')!r} is not supported; use 'string'")
-        parse_spec = dict(parser["parseSpec"])
-        fmt = parse_spec.pop("format", "json")
-        if fmt != "json":
-            raise SpecError("dataSchema.parser.parseSpec.format", f"format {fmt!r} is not supported yet; use 'json'")
-        for key in ("timestampSpec", "dimensionsSpec"):
-            if key in parse_spec:
-                data_schema[key] = parse_spec.pop(key)
-        if parse_spec:
-            key = sorted(parse_spec)[0]
-            raise SpecError(f"dataSchema.parser.parseSpec.{key}", "Sluice does not support this field (yet)")
-        io_config.setdefault("inputFormat", {"type": "json"})
-    rest = {k: v for k, v in payload.items() if k not in (*_LEGACY_KEYS, "type")}
-    spec = {"dataSchema": data_schema, "ioConfig": io_config}
-    if "tuningConfig" in payload:
-        spec["tuningConfig"] = payload["tuningConfig"]
-    return {"spec": spec, **rest}
+def _from_legacy(spec: Any, prefix: str) -> tuple[Any, dict[str, str]]:
+    """Move a legacy `dataSchema.parser.parseSpec` into today's places (`legacy.py`, shared with batch tasks); and
+    where each moved part came from, as paths of the validated document (`spec.…`) -> paths the user wrote."""
+    if not isinstance(spec, dict):
+        return spec, {}
+    data_schema, io_config = spec.get("dataSchema"), spec.get("ioConfig")
+    if isinstance(data_schema, dict) and "parser" in data_schema and isinstance(io_config, dict) \
+            and "inputFormat" in io_config:
+        raise SpecError(f"{prefix}ioConfig.inputFormat",
+                        "Cannot use parser and inputFormat together; move the parseSpec's format into inputFormat")
+    try:
+        converted, moved = from_legacy_parser(spec)
+    except SpecError as error:
+        raise SpecError(prefix + error.path, error.message) from None
+    return converted, {f"spec.{today}": prefix + legacy for today, legacy in moved.items()}

@@ -78,6 +78,9 @@ class KafkaIndexTaskSpec:
     #: the task group's checkpoints, sequence id -> start offsets (Druid's "checkpoints" task context): a replica
     #: started after its group checkpointed reads the same sequences as the others; None: one sequence from start
     checkpoints: dict[int, dict[int, int]] | None = None
+    #: the supervisor's context `useConcurrentLocks`: segments are allocated under APPEND locks, which batch appends
+    #: (and a REPLACE) share, instead of EXCLUSIVE ones (Druid's concurrent append and replace)
+    use_concurrent_locks: bool = False
 
     type = TASK_TYPE
     needs_spark = True
@@ -103,6 +106,10 @@ class KafkaIndexTaskSpec:
     def message_window(self) -> MessageWindow:
         return message_window(self.ingestion.io_config, self.created)
 
+    @property
+    def lock_type(self) -> str:
+        return "APPEND" if self.use_concurrent_locks else "EXCLUSIVE"
+
     def to_json(self) -> dict[str, Any]:
         window = self.message_window
         return {
@@ -124,7 +131,8 @@ class KafkaIndexTaskSpec:
             "tuningConfig": self.ingestion.tuning_config.to_json(),
             "context": {"priority": self.priority,
                         "checkpoints": {str(i): {str(p): o for p, o in start.items()}
-                                        for i, start in self.sequence_checkpoints.items()}},
+                                        for i, start in self.sequence_checkpoints.items()},
+                        **({"useConcurrentLocks": True} if self.use_concurrent_locks else {})},
         }
 
     @classmethod
@@ -136,11 +144,12 @@ class KafkaIndexTaskSpec:
             io.pop(key, None)
         ingestion = parse_supervisor_spec({"type": "kafka", "spec": {
             "dataSchema": payload["dataSchema"], "ioConfig": io, "tuningConfig": payload["tuningConfig"]}}).spec
-        checkpoints = (payload.get("context") or {}).get("checkpoints")
+        context = payload.get("context") or {}
+        checkpoints = context.get("checkpoints")
         return cls(payload["id"], int(payload["taskGroupId"]), payload["baseSequenceName"], ingestion,
                    {int(p): int(o) for p, o in start.items()}, parse_timestamp(payload["createdTime"]),
                    {int(i): {int(p): int(o) for p, o in c.items()} for i, c in checkpoints.items()}
-                   if checkpoints else None)
+                   if checkpoints else None, bool(context.get("useConcurrentLocks", False)))
 
 
 def message_window(io: KafkaIOConfig, created: datetime) -> MessageWindow:
@@ -376,8 +385,9 @@ class KafkaIndexTask:
         from sluice.task.pipeline import IngestPipeline  # Spark is imported where it runs
 
         io = self.spec.ingestion.io_config
-        pipeline = IngestPipeline(self.toolbox.spark, compile_plan(self.spec.ingestion.data_schema),
-                                  io.topic, io.consumer_properties, list(self.spec.start_offsets), self.spec.message_window)
+        pipeline = IngestPipeline(self.toolbox.spark, compile_plan(self.spec.ingestion.data_schema, io.flatten_spec),
+                                  io.topic, io.consumer_properties, list(self.spec.start_offsets), self.spec.message_window,
+                                  io.input_format)
         publisher = threading.Thread(target=self._publish_loop, args=(SequencePublisher(self, pipeline),),
                                      name=f"{self.spec.id}-publish", daemon=True)
         publisher.start()

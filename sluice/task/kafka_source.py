@@ -26,6 +26,19 @@ DataFrame per job costs more than reading a small range, so the ranges can inste
 
 One input partition per listed Kafka partition; each reads the range the job's local property (set in the
 thread that starts the job, carried by Spark with every task of it) gives it, or nothing.
+
+The records are JSON message values as they are (:data:`SCHEMA`; Spark's ``from_json`` parses them) unless the
+``inputFormat`` option (a supervisor's ``ioConfig.inputFormat``, JSON) with ``fields`` (the ingestion's raw
+fields, a JSON list) says otherwise; the declared schema then follows them (:func:`source_schema`):
+
+- csv, tsv, regex: the executor parses each value into one string column per field, after ``__locator``
+  (``partition=P offset=O``), ``__error`` (why the value did not parse) and ``__message`` (the value itself, for
+  parse-exception samples and processedBytes);
+- ``kafka`` around a json value: :data:`SCHEMA`, then ``__key_error`` and one ``kafka:<field>`` column per field
+  the message's metadata supplies (its key, timestamp, topic, headers), which a null payload field falls back to;
+- ``kafka`` around csv, tsv or regex: the csv shape, its fields already blended with the metadata.
+
+Only those formats read message keys and headers; a plain json read does no more work than it did before.
 """
 
 from __future__ import annotations
@@ -33,12 +46,22 @@ from __future__ import annotations
 import json
 import time
 from bisect import bisect_left
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType, TimestampType
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from sluice.connectors.records import ERROR, LOCATOR
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -69,6 +92,13 @@ SCHEMA = StructType(
 
 #: the local property a job's ranges are in, for a reader built with the ``rangesProperty`` option
 JOB_RANGES = "sluice.kafka.ranges"
+
+#: the raw message value beside the fields parsed from it (column-shaped records)
+MESSAGE = "__message"
+#: why a message's key did not parse with the kafka inputFormat's keyFormat: the record is unparseable, as in Druid
+KEY_ERROR = "__key_error"
+#: the column of a field that the kafka inputFormat takes from the message's metadata: `kafka:kafka.key`
+METADATA_PREFIX = "kafka:"
 
 #: records fetched per ``consume`` call, and so rows per yielded Arrow batch
 BATCH_RECORDS = 20_000
@@ -135,8 +165,10 @@ def read_offset_range(
     consumer_properties: Mapping[str, Any],
     split: OffsetRange,
     read_timeout: float = DEFAULT_READ_TIMEOUT_S,
+    decode: Callable[[int, list[Any]], pa.RecordBatch] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Yield the records of ``split`` as Arrow batches matching :data:`SCHEMA`.
+    """Yield the records of ``split`` as Arrow batches matching :data:`SCHEMA`, or as ``decode(partition,
+    messages)`` makes them.
 
     Stops at the first offset ``>= end`` or at a partition EOF at or beyond ``end`` (offsets may
     have gaps: compaction, transaction markers). Raises :class:`sluice.stream.kafka.StreamError` if
@@ -193,7 +225,8 @@ def read_offset_range(
             if records:
                 next_offset = max(next_offset, records[-1].offset() + 1)
                 last_progress = time.monotonic()
-                yield _to_batch(arrow_schema, split.partition, records)
+                yield _to_batch(arrow_schema, split.partition, records) if decode is None else \
+                    decode(split.partition, records)
             elif next_offset < split.end and time.monotonic() - last_progress > read_timeout:
                 raise StreamError(
                     f"reading {where}: no record after offset {next_offset - 1} for {read_timeout}s "
@@ -220,6 +253,152 @@ def _to_batch(arrow_schema: pa.Schema, partition: int, records: list[Any]) -> pa
     )
 
 
+def _format_options(options: Mapping[str, str]) -> tuple[Any, list[str]]:
+    """The ``inputFormat`` and ``fields`` options; (None, []) for JSON values read as they are."""
+    text = options.get("inputFormat")
+    if not text:
+        return None, []
+    from pydantic import TypeAdapter
+
+    from sluice.spec.supervisor import StreamFormat
+
+    input_format = TypeAdapter(StreamFormat).validate_python(json.loads(text))
+    if input_format.type == "json":
+        return None, []
+    fields = json.loads(options.get("fields") or "[]")
+    if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
+        raise TypeError('option "fields" must be a JSON list of field names')
+    return input_format, fields
+
+
+def source_schema(input_format: Any, fields: Sequence[str]) -> StructType:
+    """The records' schema for a non-json ``input_format`` reading ``fields`` (see the module's shapes)."""
+    kafka = input_format if input_format.type == "kafka" else None
+    if kafka is not None and kafka.value_format.type == "json":
+        return StructType([*SCHEMA.fields, StructField(KEY_ERROR, StringType()),
+                           *(StructField(METADATA_PREFIX + f, StringType()) for f in kafka.metadata_fields(fields))])
+    return StructType([StructField(LOCATOR, StringType()), StructField(ERROR, StringType()),
+                       StructField(MESSAGE, BinaryType()), *(StructField(f, StringType()) for f in fields)])
+
+
+class MessageDecoder:
+    """Consumed messages -> Arrow batches of :func:`source_schema`, in the executor; for every inputFormat but
+    a plain json one, whose values go to Spark as they are.
+
+    The kafka inputFormat blends each value with the message's metadata as Druid's KafkaInputReader does: the
+    headers (with a headerFormat), then, where no header took the name, the timestamp in epoch millis, the topic,
+    and the key (keyFormat's first column); a payload field that is not null wins over them all, and a tombstone
+    (no value) is a record of the metadata alone.
+    """
+
+    def __init__(self, input_format: Any, fields: Sequence[str]) -> None:
+        self.kafka = input_format if input_format.type == "kafka" else None
+        self.value_format = self.kafka.value_format if self.kafka is not None else input_format
+        self.fields = list(fields)
+        self.metadata = self.kafka.metadata_fields(self.fields) if self.kafka is not None else []
+        self.schema = source_schema(input_format, self.fields)
+        self._arrow_schema: pa.Schema | None = None
+        self._message_schema: pa.Schema | None = None
+        self._value_parser: Any = None
+        self._key_parser: Any = None
+
+    def __call__(self, partition: int, records: list[Any]) -> pa.RecordBatch:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        if self._arrow_schema is None:
+            self._arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
+            self._message_schema = to_arrow_schema(SCHEMA, timezone="UTC")
+        metadata, key_errors = self._metadata(records) if self.kafka is not None else ({}, [None] * len(records))
+        if self.value_format.type == "json":
+            base = _to_batch(self._message_schema, partition, records)
+            arrays = [*base.columns, pa.array(key_errors, pa.string()),
+                      *(pa.array(metadata[f], pa.string()) for f in self.metadata)]
+            return pa.RecordBatch.from_arrays(arrays, schema=self._arrow_schema)
+        values = [record.value() for record in records]
+        locators = [f"partition={partition} offset={record.offset()}" for record in records]
+        parsed = self._parser().parse_values(values, locators)
+        errors = parsed.column(ERROR).to_pylist()
+        if self.kafka is not None:  # a tombstone is no error here, and a key that does not parse is one
+            errors = [key_error or (error if value is not None else None)
+                      for key_error, error, value in zip(key_errors, errors, values)]
+        columns = [pc.coalesce(parsed.column(f), pa.array(metadata[f], pa.string())) if f in metadata
+                   else parsed.column(f) for f in self.fields]
+        arrays = [parsed.column(LOCATOR), pa.array(errors, pa.string()), pa.array(values, pa.binary()), *columns]
+        return pa.RecordBatch.from_arrays(arrays, schema=self._arrow_schema)
+
+    def _parser(self) -> Any:
+        if self._value_parser is None:
+            from sluice.connectors.formats import record_parser
+
+            self._value_parser = record_parser(self.value_format, self.fields)
+        return self._value_parser
+
+    def _metadata(self, records: list[Any]) -> tuple[dict[str, list[str | None]], list[str | None]]:
+        """The metadata fields of each message, and why its key did not parse (or None)."""
+        kafka = self.kafka
+        keys, key_errors = self._keys(records)
+        header_encoding = kafka.header_format.encoding if kafka.header_format is not None else None
+        prefix = kafka.header_column_prefix
+        wanted = set(self.metadata)
+        read_headers = header_encoding is not None and any(f.startswith(prefix) for f in wanted)
+        columns: dict[str, list[str | None]] = {f: [] for f in self.metadata}
+        for record, key in zip(records, keys):
+            found: dict[str, str | None] = {}
+            if read_headers:
+                for name, raw in record.headers() or ():
+                    found[prefix + name] = None if raw is None else raw.decode(header_encoding, errors="replace")
+            kind, stamp = record.timestamp()
+            found.setdefault(kafka.timestamp_column_name, str(stamp) if kind else None)
+            found.setdefault(kafka.topic_column_name, record.topic())
+            if kafka.key_format is not None:
+                found.setdefault(kafka.key_column_name, key)
+            for field in self.metadata:
+                columns[field].append(found.get(field))
+        return columns, key_errors
+
+    def _keys(self, records: list[Any]) -> tuple[list[str | None], list[str | None]]:
+        """Each message's key as keyFormat reads it (its first column), and why it did not parse. Keys are parsed
+        whenever there is a keyFormat, used or not, as Druid does: a key that does not parse fails its record."""
+        n = len(records)
+        key_format = self.kafka.key_format
+        if key_format is None:
+            return [None] * n, [None] * n
+        raw = [record.key() for record in records]
+        present = [i for i, key in enumerate(raw) if key is not None]
+        keys: list[str | None] = [None] * n
+        errors: list[str | None] = [None] * n
+        if key_format.type == "json":
+            for i in present:
+                keys[i], errors[i] = _json_key(raw[i])
+            return keys, errors
+        first = (key_format.columns or ["column_1"])[0]
+        if self._key_parser is None:
+            from sluice.connectors.formats import record_parser
+
+            self._key_parser = record_parser(key_format, [first])
+        parsed = self._key_parser.parse_values([raw[i] for i in present], ["key"] * len(present))
+        for i, key, error in zip(present, parsed.column(first).to_pylist(), parsed.column(ERROR).to_pylist()):
+            keys[i], errors[i] = key, None if error is None else f"key: {error}"
+        return keys, errors
+
+
+def _json_key(raw: bytes) -> tuple[str | None, str | None]:
+    """The first field of a JSON object key, as text (nested values as compact JSON), or why it is not one."""
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        document = json.loads(text)
+    except ValueError:
+        document = None
+    if not isinstance(document, dict):
+        return None, f"key: Unable to parse row [{text}]"
+    value = next(iter(document.values()), None)
+    if value is None or isinstance(value, str):
+        return value, None
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False), None
+
+
 class _KafkaRangeReader(DataSourceReader):
     """Parses the options once on the driver; instances are pickled to the executors."""
 
@@ -243,6 +422,8 @@ class _KafkaRangeReader(DataSourceReader):
         self.max_records = int(max_records) if max_records else None
         read_timeout_ms = options.get("readTimeoutMs")
         self.read_timeout = int(read_timeout_ms) / 1000 if read_timeout_ms else DEFAULT_READ_TIMEOUT_S
+        input_format, fields = _format_options(options)
+        self.decoder = None if input_format is None else MessageDecoder(input_format, fields)
 
     def partitions(self) -> list[InputPartition]:
         if self.ranges_property:
@@ -255,20 +436,21 @@ class _KafkaRangeReader(DataSourceReader):
         if not isinstance(partition, OffsetRange) or partition.start >= partition.end:
             # Spark replaces an empty plan with one placeholder InputPartition(None): nothing to read.
             return iter(())
-        return read_offset_range(self.topic, self.consumer_properties, partition, self.read_timeout)
+        return read_offset_range(self.topic, self.consumer_properties, partition, self.read_timeout, self.decoder)
 
 
 class KafkaRangeDataSource(DataSource):
     """Options: ``topic``, ``consumerProperties`` (JSON), and ``ranges`` (JSON) or ``partitions`` (comma-separated)
     with ``rangesProperty`` (the local property each job's ranges are in); optional ``maxRecordsPerSplit`` (with
-    ``ranges``) and ``readTimeoutMs`` (default 30000)."""
+    ``ranges``), ``readTimeoutMs`` (default 30000), and ``inputFormat`` with ``fields`` (the module's shapes)."""
 
     @classmethod
     def name(cls) -> str:
         return SOURCE_NAME
 
     def schema(self) -> StructType:
-        return SCHEMA
+        input_format, fields = _format_options(self.options)
+        return SCHEMA if input_format is None else source_schema(input_format, fields)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return _KafkaRangeReader(self.options)

@@ -11,7 +11,7 @@ import json
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,7 +23,13 @@ from sluice.connectors.records import ERROR, LOCATOR
 from sluice.spec.expressions import quote_identifier
 from sluice.spec.granularity import Granularity
 from sluice.task.ingest_plan import TIME, IngestPlan, IntervalsWindow, MessageWindow
-from sluice.task.kafka_source import JOB_RANGES, SOURCE_NAME
+from sluice.task.kafka_source import (
+    JOB_RANGES,
+    KEY_ERROR,
+    MESSAGE,
+    METADATA_PREFIX,
+    SOURCE_NAME,
+)
 from sluice.task.stats import RowStats
 
 
@@ -210,14 +216,19 @@ class RowPipeline:
 
 
 class IngestPipeline(RowPipeline):
-    """A streaming task's rows: many read jobs over the same Kafka partitions, then merges."""
+    """A streaming task's rows: many read jobs over the same Kafka partitions, then merges.
+
+    `input_format` is the supervisor's ioConfig.inputFormat (None: json). JSON values go to Spark as bytes and
+    are parsed by `from_json`; any other format is parsed by the Kafka source in the executors (kafka_source)."""
 
     def __init__(self, spark: SparkSession, plan: IngestPlan, topic: str, consumer_properties: Mapping[str, object],
-                 partitions: Sequence[int], window: MessageWindow = MessageWindow()):
+                 partitions: Sequence[int], window: MessageWindow = MessageWindow(), input_format: Any = None):
         super().__init__(spark, plan, window)
         self._source_options = {"topic": topic, "consumerProperties": json.dumps(dict(consumer_properties)),
                                 "partitions": ",".join(str(p) for p in sorted(partitions)),
                                 "rangesProperty": JOB_RANGES}
+        if input_format is not None and input_format.type != "json":
+            self._source_options.update(inputFormat=json.dumps(input_format.to_json()), fields=json.dumps(plan.fields))
         self._source: DataFrame | None = None
 
     def read(self, ranges: Mapping[int, tuple[int, int]]) -> DataFrame:
@@ -243,25 +254,55 @@ def _parsed_fields(raw: DataFrame, plan: IngestPlan) -> DataFrame:
     `__bytes` and `__null_record` (nothing could be parsed)."""
     if ERROR in raw.columns:  # a reader parsed the records: one string column per field
         fields = [_column(f) if f in raw.columns else F.lit(None).cast("string").alias(f) for f in plan.fields]
-        text = F.concat_ws(",", *(F.coalesce(_column(f), F.lit("")) for f in plan.fields if f in raw.columns))
-        return raw.select(
-            LOCATOR, F.coalesce(F.col(ERROR), text).alias("__value"),
-            sum((F.coalesce(F.octet_length(_column(f)), F.lit(0)) for f in plan.fields if f in raw.columns),
-                F.lit(0)).cast("bigint").alias("__bytes"),
-            F.col(ERROR).isNotNull().alias("__null_record"), *fields)
+        if MESSAGE in raw.columns:  # Kafka messages: samples and processedBytes are of the message, as for JSON
+            value, size = F.col(MESSAGE), F.coalesce(F.octet_length(MESSAGE), F.lit(0)).cast("bigint")
+        else:
+            value = F.coalesce(F.col(ERROR), F.concat_ws(",", *(F.coalesce(_column(f), F.lit(""))
+                                                                for f in plan.fields if f in raw.columns)))
+            size = sum((F.coalesce(F.octet_length(_column(f)), F.lit(0)) for f in plan.fields if f in raw.columns),
+                       F.lit(0)).cast("bigint")
+        return raw.select(LOCATOR, value.alias("__value"), size.alias("__bytes"),
+                          F.col(ERROR).isNotNull().alias("__null_record"), *fields)
+    if KEY_ERROR in raw.columns:
+        return _blended_json_fields(raw, plan)
     locator = F.col(LOCATOR) if LOCATOR in raw.columns else F.concat(
         F.lit("partition="), F.col("partition"), F.lit(" offset="), F.col("offset"))
-    text = F.col("value").cast("string")
     parsed = raw.select(
         locator.alias(LOCATOR),
         F.col("value").alias("__value"),
         F.coalesce(F.octet_length("value"), F.lit(0)).cast("bigint").alias("__bytes"),
-        F.from_json(text, plan.json_schema_ddl,
-                    {"columnNameOfCorruptRecord": plan.corrupt_column} if plan.corrupt_column else {}).alias("__r"),
-        *(F.get_json_object(text, path).alias(f"__path_{i}") for i, (_, path) in enumerate(plan.json_paths)),
+        *_json_parse(plan),
     ).select(LOCATOR, "__value", "__bytes", F.col("__r").isNull().alias("__null_record"), "__r.*",
              *(F.col(f"__path_{i}").alias(name) for i, (name, _) in enumerate(plan.json_paths)))
     return parsed.withColumns({name: F.lit(None).cast("string") for name in plan.json_absent}) if plan.json_absent else parsed
+
+
+def _json_parse(plan: IngestPlan) -> list[Column]:
+    """`__r` (the fields from_json reads) and `__path_<i>` (each flattenSpec path) of a JSON `value`."""
+    text = F.col("value").cast("string")
+    return [F.from_json(text, plan.json_schema_ddl,
+                        {"columnNameOfCorruptRecord": plan.corrupt_column} if plan.corrupt_column else {}).alias("__r"),
+            *(F.get_json_object(text, path).alias(f"__path_{i}") for i, (_, path) in enumerate(plan.json_paths))]
+
+
+def _blended_json_fields(raw: DataFrame, plan: IngestPlan) -> DataFrame:
+    """A kafka inputFormat's JSON values (kafka_source): parsed as plain JSON values are, then each field the
+    metadata supplies (`kafka:<field>`) fills in where the payload has no value. A tombstone (no value) is a row
+    of the metadata; a key that did not parse makes the record unparseable, its sample the key's error."""
+    metadata = {c[len(METADATA_PREFIX):]: c for c in raw.columns if c.startswith(METADATA_PREFIX)}
+    parsed = raw.select(
+        F.concat(F.lit("partition="), F.col("partition"), F.lit(" offset="), F.col("offset")).alias(LOCATOR),
+        F.coalesce(F.col(KEY_ERROR), F.col("value").cast("string")).alias("__value"),
+        F.coalesce(F.octet_length("value"), F.lit(0)).cast("bigint").alias("__bytes"),
+        F.col("value").isNotNull().alias("__has_value"), KEY_ERROR, *_columns(*metadata.values()), *_json_parse(plan),
+    ).select(LOCATOR, "__value", "__bytes",
+             ((F.col("__r").isNull() & F.col("__has_value")) | F.col(KEY_ERROR).isNotNull()).alias("__null_record"),
+             "__r.*", *(F.col(f"__path_{i}").alias(name) for i, (name, _) in enumerate(plan.json_paths)),
+             *_columns(*metadata.values()))
+    if plan.json_absent:
+        parsed = parsed.withColumns({name: F.lit(None).cast("string") for name in plan.json_absent})
+    parsed = parsed.withColumns({field: F.coalesce(_column(field), _column(column)) for field, column in metadata.items()})
+    return parsed.drop(*_columns(*metadata.values()))
 
 
 def _column(name: str) -> Column:

@@ -65,7 +65,7 @@ class SequencePublisher:
         bucket = datetime.fromtimestamp(file.bucket_start_millis / 1000, UTC)
         segment_id = actions.allocate_segment(toolbox.actions, schema.data_source, bucket,
                                               schema.granularity_spec.segment_granularity, sequence.sequence_name,
-                                              previous)
+                                              previous, spec.lock_type)
         # replicas push the same segment id; unique paths keep a losing replica from touching the winner's file
         load_spec = toolbox.deep_storage.push(file.path, segment_id, unique_path=True)
         return DataSegment(

@@ -180,9 +180,13 @@ def test_legacy_parser_form_is_normalised_to_the_current_form():
     assert legacy.spec.io_config.completion_timeout == timedelta(minutes=20)
 
 
-def test_legacy_parse_spec_without_format_means_json():
+def test_legacy_parse_spec_without_format_is_tsv_as_in_druid():
+    """Druid's ParseSpec defaults to DelimitedParseSpec (tsv), which needs columns."""
     payload = changed(DRUID_LEGACY, "dataSchema.parser.parseSpec.format", DELETE)
-    assert parse_supervisor_spec(payload).spec.io_config.input_format.type == "json"
+    assert spec_error(payload).path == "dataSchema.parser.parseSpec.columns"
+    payload = changed(payload, "dataSchema.parser.parseSpec.columns", ["time", "channel"])
+    input_format = parse_supervisor_spec(payload).spec.io_config.input_format
+    assert (input_format.type, input_format.delimiter, input_format.columns) == ("tsv", "\t", ["time", "channel"])
 
 
 def test_legacy_form_keeps_top_level_suspended():
@@ -336,8 +340,8 @@ INVALID = [
      "spec.ioConfig.consumerProperties", "consumerProperties must contain entry for [bootstrap.servers]"),
     ("spec.ioConfig.inputFormat", DELETE,
      "spec.ioConfig.inputFormat", "Field required"),
-    ("spec.ioConfig.inputFormat", {"type": "csv"},
-     "spec.ioConfig.inputFormat.type", "'json'"),
+    ("spec.ioConfig.inputFormat", {"type": "parquet"},
+     "spec.ioConfig.inputFormat.type", "inputFormat type 'parquet' reads whole files, not one record per Kafka message"),
     ("spec.dataSchema.metricsSpec", [{"type": "longSum", "name": "added"}],
      "spec.dataSchema.metricsSpec[0].fieldName", "longSum needs fieldName"),
     ("spec.dataSchema.metricsSpec", [{"type": "count", "name": "count"}, {"type": "doubleMax", "name": "m"}],
@@ -376,8 +380,8 @@ INVALID = [
      "spec.ioConfig.autoScalerConfig", DOES_NOT_SUPPORT),
     ("spec.dataSchema.flattenSpec", {"useFieldDiscovery": True},
      "spec.dataSchema.flattenSpec", DOES_NOT_SUPPORT),
-    ("spec.ioConfig.inputFormat", {"type": "json", "flattenSpec": {"fields": []}},
-     "spec.ioConfig.inputFormat.flattenSpec", DOES_NOT_SUPPORT),
+    ("spec.ioConfig.inputFormat", {"type": "json", "flattenSpec": {"fields": [{"type": "path", "name": "x"}]}},
+     "spec.ioConfig.inputFormat.flattenSpec.fields[0]", "a path field needs expr"),
     ("spec.ioConfig.topicPattern", "metrics-.*",
      "spec.ioConfig.topicPattern", DOES_NOT_SUPPORT),
     ("spec.dataSchema.dimensionsSpec", {"dimensions": ["page"], "spatialDimensions": []},
@@ -463,8 +467,8 @@ def test_a_spec_that_is_not_an_object_is_rejected():
 
 
 LEGACY_INVALID = [
-    ("dataSchema.parser.parseSpec.format", "csv",
-     "dataSchema.parser.parseSpec.format", "format 'csv' is not supported yet; use 'json'"),
+    ("dataSchema.parser.parseSpec.format", "javascript",
+     "dataSchema.parser.parseSpec.format", "format 'javascript' is not supported; use one of json, csv, tsv, regex"),
     ("dataSchema.parser.type", "avro_stream",
      "dataSchema.parser.type", "parser type 'avro_stream' is not supported"),
     ("dataSchema.parser.parseSpec", "json",
@@ -473,8 +477,8 @@ LEGACY_INVALID = [
      "dataSchema.parser.parseSpec.timestampSpec.format", "unknown timestamp format"),
     ("dataSchema.parser.parseSpec.dimensionsSpec", {"dimensions": []},
      "dataSchema.parser.parseSpec.dimensionsSpec.dimensions", "schemaless ingestion"),
-    ("dataSchema.parser.parseSpec.flattenSpec", {"fields": []},
-     "dataSchema.parser.parseSpec.flattenSpec", DOES_NOT_SUPPORT),
+    ("dataSchema.parser.parseSpec.flattenSpec", {"fields": [{"type": "tree", "name": "x"}]},
+     "dataSchema.parser.parseSpec.flattenSpec.fields[0]", "a tree field needs nodes"),
     ("dataSchema.metricsSpec", [{"type": "longSum", "name": "added"}],
      "dataSchema.metricsSpec[0].fieldName", "longSum needs fieldName"),
     ("ioConfig.topic", DELETE,
@@ -497,7 +501,7 @@ def test_invalid_legacy_spec_names_the_field_as_the_user_wrote_it(field, value, 
 
 @pytest.mark.parametrize("field, value, path", [
     ("dataSchema.timestampSpec.format", "rfc1123", "dataSchema.timestampSpec.format"),
-    ("ioConfig.inputFormat.type", "csv", "ioConfig.inputFormat.type"),
+    ("ioConfig.inputFormat.type", "parquet", "ioConfig.inputFormat.type"),
 ])
 def test_wrapperless_current_form_errors_name_the_field_as_written(field, value, path):
     wrapperless = {"type": "kafka", **copy.deepcopy(MINIMAL["spec"])}
@@ -669,3 +673,167 @@ def test_idle_config_is_read_with_druids_names_and_round_trips(idle, expected):
     assert parse_supervisor_spec(json.loads(json.dumps(spec.to_json()))) == spec
     if idle is not None:
         assert spec.to_json()["ioConfig"]["idleConfig"] == {"enabled": expected[0], "inactiveAfterMillis": expected[1]}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ioConfig.inputFormat: every format a Kafka message can be read with (druid-batch-ops-console.md §2)
+
+
+def with_format(input_format: Any) -> dict:
+    return changed(MINIMAL, "spec.ioConfig.inputFormat", input_format)
+
+
+KAFKA_FORMAT = {"type": "kafka", "valueFormat": {"type": "json"}, "keyFormat": {"type": "tsv", "columns": ["k"]},
+                "headerFormat": {"type": "string"}}
+
+
+@pytest.mark.parametrize("input_format, check", [
+    ({"type": "csv", "columns": ["ts", "page"]}, lambda f: (f.type, f.columns) == ("csv", ["ts", "page"])),
+    ({"type": "tsv", "columns": ["ts", "page"], "delimiter": "|"}, lambda f: f.delimiter_char == "|"),
+    ({"type": "tsv", "columns": ["ts"], "hasHeaderRow": False, "skipHeaderRows": 0}, lambda f: f.delimiter == "\t"),
+    ({"type": "regex", "pattern": r"(\d+) (.*)"}, lambda f: f.columns is None),
+    ({"type": "json", "flattenSpec": {"fields": [{"type": "path", "name": "page", "expr": "$.a.b"}]}},
+     lambda f: f.flatten_spec.fields[0].path() == ["a", "b"]),
+    ({"type": "kafka", "valueFormat": {"type": "csv", "columns": ["page"]}},
+     lambda f: (f.timestamp_column_name, f.topic_column_name, f.key_column_name, f.header_column_prefix,
+                f.key_format, f.header_format) == ("kafka.timestamp", "kafka.topic", "kafka.key", "kafka.header.",
+                                                   None, None)),
+    (KAFKA_FORMAT, lambda f: (f.header_format.encoding, f.key_format.columns) == ("UTF-8", ["k"])),
+], ids=["csv", "tsv-delimiter", "tsv-no-header", "regex", "json-flatten", "kafka-defaults", "kafka"])
+def test_every_message_format_is_accepted_and_round_trips(input_format, check):
+    spec = parse_supervisor_spec(with_format(input_format))
+    assert check(spec.spec.io_config.input_format)
+    assert parse_supervisor_spec(json.loads(json.dumps(spec.to_json()))) == spec
+
+
+def test_a_plain_json_format_is_served_in_druids_form():
+    assert parse_supervisor_spec(copy.deepcopy(MINIMAL)).to_json()["spec"]["ioConfig"]["inputFormat"] == {
+        "type": "json", "keepNullColumns": False}
+
+
+@pytest.mark.parametrize("input_format, flatten", [
+    ({"type": "json"}, None),
+    ({"type": "json", "flattenSpec": {"useFieldDiscovery": False}}, False),
+    ({"type": "kafka", "valueFormat": {"type": "json", "flattenSpec": {"useFieldDiscovery": False}}}, False),
+    ({"type": "csv", "columns": ["page"]}, None),
+])
+def test_the_flatten_spec_is_the_json_values(input_format, flatten):
+    io = parse_supervisor_spec(with_format(input_format)).spec.io_config
+    assert (io.flatten_spec.use_field_discovery if io.flatten_spec else None) == flatten
+
+
+def test_the_kafka_format_supplies_only_the_metadata_fields_it_has():
+    fmt = parse_supervisor_spec(with_format({**KAFKA_FORMAT, "headerColumnPrefix": "h."})).spec.io_config.input_format
+    fields = ["page", "kafka.key", "kafka.timestamp", "kafka.topic", "h.env", "kafka.header.env"]
+    assert fmt.metadata_fields(fields) == ["kafka.key", "kafka.timestamp", "kafka.topic", "h.env"]
+    no_key = parse_supervisor_spec(with_format({"type": "kafka", "valueFormat": {"type": "json"}}))
+    assert no_key.spec.io_config.input_format.metadata_fields(fields) == ["kafka.timestamp", "kafka.topic"]
+
+
+NO_HEADER = "hasHeaderRow or maxSkipHeaderRows is not supported on a stream"
+
+INVALID_FORMATS = [
+    ({"type": "orc"}, "spec.ioConfig.inputFormat.type", "inputFormat type 'orc' reads whole files"),
+    ({"type": "avro_ocf", "schema": {}}, "spec.ioConfig.inputFormat.type", "inputFormat type 'avro_ocf' reads whole"),
+    ({"type": "protobuf"}, "spec.ioConfig.inputFormat.type",
+     "type 'protobuf' is not supported; a Kafka message is read as one of json, csv, tsv, regex, kafka"),
+    ({"columns": ["a"]}, "spec.ioConfig.inputFormat.type", "Field required"),
+    ({"type": "csv"}, "spec.ioConfig.inputFormat.columns", "columns are required: a Kafka message has no header"),
+    ({"type": "csv", "columns": ["a"], "findColumnsFromHeader": True},
+     "spec.ioConfig.inputFormat.findColumnsFromHeader", NO_HEADER),
+    ({"type": "tsv", "columns": ["a"], "hasHeaderRow": True}, "spec.ioConfig.inputFormat.hasHeaderRow", NO_HEADER),
+    ({"type": "tsv", "columns": ["a"], "skipHeaderRows": 1}, "spec.ioConfig.inputFormat.skipHeaderRows", NO_HEADER),
+    ({"type": "csv", "columns": ["a", "a"]}, "spec.ioConfig.inputFormat", "columns must be unique; repeated: a"),
+    ({"type": "regex", "pattern": "("}, "spec.ioConfig.inputFormat.pattern", "pattern does not compile"),
+    ({"type": "kafka"}, "spec.ioConfig.inputFormat.valueFormat", "Field required"),
+    ({"type": "kafka", "valueFormat": {"type": "parquet"}}, "spec.ioConfig.inputFormat.valueFormat.type",
+     "inputFormat type 'parquet' reads whole files"),
+    ({"type": "kafka", "valueFormat": {"type": "kafka", "valueFormat": {"type": "json"}}},
+     "spec.ioConfig.inputFormat.valueFormat.type",
+     "type 'kafka' is not supported; a Kafka message is read as one of json, csv, tsv, regex"),
+    ({"type": "kafka", "valueFormat": {"type": "csv"}}, "spec.ioConfig.inputFormat.valueFormat.columns",
+     "columns are required"),
+    ({"type": "kafka", "valueFormat": {"type": "json"}, "keyFormat": {"type": "json", "flattenSpec": {}}},
+     "spec.ioConfig.inputFormat.keyFormat", "a keyFormat's flattenSpec is not supported"),
+    ({"type": "kafka", "valueFormat": {"type": "json"}, "headerFormat": {"type": "string", "encoding": "EBCDIC-X"}},
+     "spec.ioConfig.inputFormat.headerFormat.encoding", "unknown encoding 'EBCDIC-X'"),
+    ({"type": "kafka", "valueFormat": {"type": "json"}, "headerFormat": {"type": "avro"}},
+     "spec.ioConfig.inputFormat.headerFormat.type", "Input should be 'string'"),
+    ({"type": "kafka", "valueFormat": {"type": "json"}, "partitionColumnName": "p"},
+     "spec.ioConfig.inputFormat.partitionColumnName", DOES_NOT_SUPPORT),
+]
+
+
+@pytest.mark.parametrize("input_format, path, message", INVALID_FORMATS,
+                         ids=[json.dumps(f)[:70] for f, _, _ in INVALID_FORMATS])
+def test_an_input_format_a_stream_cannot_read_is_a_400_naming_the_field(input_format, path, message):
+    error = spec_error(with_format(input_format))
+    assert (error.path, error.message[:len(message)]) == (path, message)
+
+
+def test_the_supervisor_api_answers_400_for_a_file_format():
+    app = FastAPI()
+    app.include_router(supervisor_router(RecordingSupervisors()))  # type: ignore[arg-type]
+    response = TestClient(app).post("/druid/indexer/v1/supervisor", json=with_format({"type": "parquet"}))
+    assert response.status_code == 400
+    assert response.json()["error"].startswith("spec.ioConfig.inputFormat.type: inputFormat type 'parquet'")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the legacy parser with every format (legacy.py, shared with batch tasks)
+
+
+def legacy_with(parse_spec: dict[str, Any]) -> dict:
+    """DRUID_LEGACY with these parseSpec fields (timestampSpec and dimensionsSpec kept)."""
+    base = DRUID_LEGACY["dataSchema"]["parser"]["parseSpec"]
+    return changed(DRUID_LEGACY, "dataSchema.parser.parseSpec", {**base, **parse_spec})
+
+
+@pytest.mark.parametrize("parse_spec, expected", [
+    ({"format": "csv", "columns": ["time", "channel"], "listDelimiter": "|", "hasHeaderRow": False,
+      "skipHeaderRows": 0},
+     {"type": "csv", "columns": ["time", "channel"], "listDelimiter": "|", "hasHeaderRow": False, "skipHeaderRows": 0}),
+    ({"format": "tsv", "columns": ["time", "channel"], "delimiter": "|"},
+     {"type": "tsv", "columns": ["time", "channel"], "delimiter": "|"}),
+    ({"format": "regex", "pattern": "(\\S+) (\\S+)", "columns": ["time", "channel"]},
+     {"type": "regex", "pattern": "(\\S+) (\\S+)", "columns": ["time", "channel"]}),
+    ({"format": "json", "flattenSpec": {"fields": [{"type": "root", "name": "channel"}]}},
+     {"type": "json", "flattenSpec": {"useFieldDiscovery": True, "fields": [
+         {"type": "root", "name": "channel", "expr": None, "nodes": None}]}}),
+], ids=["csv", "tsv", "regex", "json-flatten"])
+def test_legacy_parse_specs_become_the_input_format(parse_spec, expected):
+    spec = parse_supervisor_spec(legacy_with(parse_spec))
+    served = spec.to_json()["spec"]["ioConfig"]["inputFormat"]
+    assert {k: served[k] for k in expected} == expected
+    assert (spec.spec.data_schema.timestamp_spec.column, spec.spec.data_schema.dimensions_spec.dimensions[0].name) \
+        == ("time", "channel")
+    assert parse_supervisor_spec(spec.to_json()) == spec
+
+
+@pytest.mark.parametrize("parse_spec, path, message", [
+    ({"format": "csv"}, "dataSchema.parser.parseSpec.columns", "columns are required"),
+    ({"format": "csv", "columns": ["a"], "hasHeaderRow": True}, "dataSchema.parser.parseSpec.hasHeaderRow", NO_HEADER),
+    ({"format": "tsv", "columns": ["a"], "skipHeaderRows": 2}, "dataSchema.parser.parseSpec.skipHeaderRows", NO_HEADER),
+    ({"format": "tsv", "columns": ["a"], "delimiter": ""}, "dataSchema.parser.parseSpec.delimiter", "at least 1"),
+    ({"format": "regex", "pattern": "("}, "dataSchema.parser.parseSpec.pattern", "pattern does not compile"),
+    ({"format": "regex"}, "dataSchema.parser.parseSpec.pattern", "Field required"),
+    ({"format": "csv", "columns": ["a"], "flattenSpec": {}}, "dataSchema.parser.parseSpec.flattenSpec",
+     "not a field of a csv parseSpec"),
+    ({"format": "json", "flattenSpec": {"fields": [{"type": "jq", "name": "a", "expr": ".a | length"}]}},
+     "dataSchema.parser.parseSpec.flattenSpec.fields[0]", "jq expression"),
+])
+def test_legacy_parse_spec_errors_name_the_field_where_the_user_wrote_it(parse_spec, path, message):
+    error = spec_error(legacy_with(parse_spec))
+    assert error.path == path and message in error.message
+
+
+def test_the_legacy_parser_inside_the_spec_wrapper_is_read_too():
+    wrapped = {"type": "kafka", "spec": {k: copy.deepcopy(DRUID_LEGACY[k]) for k in ("dataSchema", "ioConfig")}}
+    assert parse_supervisor_spec(wrapped).spec.io_config.input_format.type == "json"
+    wrapped["spec"]["dataSchema"]["parser"]["parseSpec"]["format"] = "csv"
+    assert spec_error(wrapped).path == "spec.dataSchema.parser.parseSpec.columns"
+
+
+def test_a_parser_and_an_input_format_together_are_refused():
+    error = spec_error(changed(DRUID_LEGACY, "ioConfig.inputFormat", {"type": "json"}))
+    assert error.path == "ioConfig.inputFormat" and "Cannot use parser and inputFormat together" in error.message

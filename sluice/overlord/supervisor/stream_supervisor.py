@@ -356,7 +356,8 @@ class StreamSupervisor:
             group = self.state.active[action.group_id]
             task = KafkaIndexTaskSpec(new_task_id(self.spec.id, group.base_sequence_name), group.group_id,
                                       group.base_sequence_name, self.spec.spec, dict(group.starting_offsets),
-                                      created=group.created, checkpoints=dict(group.checkpoint_sequences))
+                                      created=group.created, checkpoints=dict(group.checkpoint_sequences),
+                                      use_concurrent_locks=bool((self.spec.context or {}).get("useConcurrentLocks")))
             group.task_ids.add(task.id)
             try:
                 self._runner.run(task)
