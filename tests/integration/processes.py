@@ -40,7 +40,8 @@ class SluiceProcess:
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
-        raise RuntimeError(f"sluice {self.role} did not become healthy: {self.log_path.read_text()[-3000:]}")
+        self.kill()  # not left running behind a failed test
+        raise RuntimeError(f"sluice {self.role} did not become healthy in {timeout}s: {self.log_path.read_text()[-3000:]}")
 
     def kill(self) -> None:
         """kill -9: no shutdown hook runs."""

@@ -34,8 +34,9 @@ def test_kill_9_while_a_batch_task_writes_publishes_nothing_and_a_rerun_is_exact
     payload = task("batch_kill9", {"type": "local", "baseDir": str(tmp_path / "input"), "filter": "*.json"},
                    {"type": "json"}, io={"appendToExisting": True})
     uri = f"sqlite:///{tmp_path / 'metadata.db'}"
-    node = SluiceProcess("start", tmp_path, uri, "--spark-master", "local[2,4]").start(timeout=120)
+    node = SluiceProcess("start", tmp_path, uri, "--spark-master", "local[2,4]")
     try:
+        node.start(timeout=300)
         with node.client() as http:
             task_id = http.post(f"{TASKS}/task", json=payload).json()["task"]
             progress = lambda: (http.get(f"{TASKS}/task/{task_id}/reports").json()  # noqa: E731
@@ -43,7 +44,8 @@ def test_kill_9_while_a_batch_task_writes_publishes_nothing_and_a_rerun_is_exact
             wait_for(lambda: progress() > 0, 120, "the readers to hand rows to Spark")
         node.kill()  # SIGKILL: the read, the persist or the merge is half done
 
-        node = SluiceProcess("start", tmp_path, uri, "--spark-master", "local[2,4]").start(timeout=120)
+        node = SluiceProcess("start", tmp_path, uri, "--spark-master", "local[2,4]")
+        node.start(timeout=300)
         with node.client() as http:
             status = http.get(f"{TASKS}/task/{task_id}/status").json()["status"]
             assert status["statusCode"] == "FAILED" and "stopped before it finished" in status["errorMsg"]
