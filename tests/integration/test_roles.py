@@ -153,8 +153,8 @@ def test_task_locks_conflict_revoke_by_priority_and_survive_an_overlord_restart(
         assert (lock["type"], lock["interval"], lock["groupId"], lock["revoked"]) == ("EXCLUSIVE", day, "low_a", False)
         denied = action(overlord, "low_b", type="timeChunkLockTryAcquire", lockType="EXCLUSIVE", interval=day)
         assert denied["result"] is None and denied["reason"]
-        bad = overlord.post(f"{TASKS}/action", json={"task": "low_b", "action": {"type": "segmentNuke"}})
-        assert bad.status_code == 400 and "action.type: 'segmentNuke' is not supported" in bad.json()["error"]
+        bad = overlord.post(f"{TASKS}/action", json={"task": "low_b", "action": {"type": "segmentMetadataUpdate"}})
+        assert bad.status_code == 400 and "action.type: 'segmentMetadataUpdate' is not supported" in bad.json()["error"]
     overlord_process.kill()
     successor = SluiceProcess("overlord", cluster_dir, metadata_uri(cluster_dir)).start()
     try:
