@@ -31,6 +31,7 @@ from rich.table import Table
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from batch import print_tables as print_batch_tables  # noqa: E402
 from common import log, machine  # noqa: E402
 
 #: (script, full-size arguments, smoke arguments)
@@ -44,6 +45,8 @@ BENCHMARKS: list[tuple[str, list[str], list[str]]] = [
     ("memory", ["--events", "500000", "--settings", "20000,150000"],
      ["--events", "10000", "--settings", "5000", "--task-duration", "PT3S"]),
     ("stages", ["--events", "1000000"], ["--events", "20000"]),
+    ("batch", ["--rows", "5000000", "--single", "local-parquet", "--default-hint", "", "--profile-files", "2"],
+     ["--smoke"]),
 ]
 
 
@@ -258,6 +261,15 @@ def summarize(results: dict[str, Any], console: Console) -> dict[str, Any]:
             table.add_row(name, _n(figures["events_per_s"]), *(_n(per_role.get(role), 2) for role in roles),
                           _n(figures["core_us_per_event_total"], 2))
         console.print(table)
+
+    batch = results.get("batch", {})
+    if "cases" in batch:
+        print_batch_tables(batch, console)
+        for location, label in (("local", "local files"), ("s3", "S3")):
+            ratios = [f["sluice_vs_pyspark_warm"] for case, f in batch["cases"].items() if case.startswith(location)]
+            if ratios:
+                targets[f"batch {label}: Sluice >= 0.9 x PySpark  [warm, every format]"] = (
+                    None if None in ratios else min(ratios) >= 0.9)
 
     for name, result in results.items():
         if "error" in result:

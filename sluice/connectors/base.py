@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic
 
-from sluice.connectors.api import (Boundedness, CoordinatorContext, FairSplitAssigner, ReaderContext, Source,
+from sluice.connectors.api import (Boundedness, CoordinatorContext, ReaderContext, SizeBalancedSplitAssigner, Source,
                                    SourceReader, SplitAssigner, SplitCoordinator, SplitT, plan)
 
 if TYPE_CHECKING:
@@ -28,8 +28,8 @@ class PlannedSplitsState(Generic[SplitT]):
 class PlannedSplitCoordinator(SplitCoordinator[SplitT, PlannedSplitsState[SplitT]]):
     """Push-based, as every BitSail coordinator is: splits are listed at start and planned onto reader indexes
     by the assigner; a reader gets its share when it registers, then (bounded) the signal that nothing more
-    comes. Splits added back after a failure are planned again by the same assigner: the fair one sends them
-    to the same reader index, whose retried attempt registers next and reads them."""
+    comes. Splits added back after a failure go to the same reader index, whose retried attempt registers next
+    and reads them: every other reader may already have been told that nothing more comes."""
 
     def __init__(self, context: CoordinatorContext[SplitT, PlannedSplitsState[SplitT]], source: BoundedSource[SplitT],
                  assigner: SplitAssigner | None = None) -> None:
@@ -53,8 +53,7 @@ class PlannedSplitCoordinator(SplitCoordinator[SplitT, PlannedSplitsState[SplitT
         self._assign_pending(reader)
 
     def add_splits_back(self, splits: list[SplitT], reader: int) -> None:
-        for target, planned in plan(splits, self._assigner, self._context.total_parallelism()).items():
-            self._pending.setdefault(target, []).extend(planned)
+        self._pending.setdefault(reader, []).extend(splits)
 
     def handle_split_request(self, reader: int, requester_hostname: str | None) -> None:
         """Push-based: everything a reader gets is assigned when it registers."""
@@ -125,7 +124,9 @@ class BoundedSource(Source[SplitT, PlannedSplitsState[SplitT]]):
         """The split's records, as batches matching `output_schema()`; runs in an executor."""
 
     def split_assigner(self) -> SplitAssigner:
-        return FairSplitAssigner()
+        """Size-balanced: a batch read takes as long as its busiest reader (BitSail's fair hash assigner, also
+        here, can put every file on one reader)."""
+        return SizeBalancedSplitAssigner()
 
     def create_reader(self, context: ReaderContext) -> SourceReader[SplitT]:
         return SplitReader(self, context)

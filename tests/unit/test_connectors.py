@@ -72,8 +72,7 @@ def test_a_reader_gets_its_planned_splits_and_then_no_more_when_it_registers() -
     host.register(0)
 
     first = host.poll(0)
-    assert first.no_more_splits and {s.name for s in first.splits} == {
-        f"s{i}" for i in range(6) if FairSplitAssigner().assign_to_reader(Part(f"s{i}"), 2) == 0}
+    assert first.no_more_splits and [s.name for s in first.splits] == ["s0", "s2", "s4"]  # sizes balanced
     assert host.poll(0).splits == [] and host.poll(1).no_more_splits  # reader 1 has not registered: nothing yet
     assert host.registered_readers() == {0}
 
