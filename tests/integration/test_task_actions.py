@@ -136,7 +136,7 @@ def test_a_checkpoint_request_reaches_the_tasks_supervisor(overlord) -> None:
 
 @pytest.mark.parametrize("task_id, action, message", [
     ("ghost", {"type": "lockList"}, "task [ghost] is not active in the task queue"),
-    ("reader", {"type": "segmentNuke"}, "action.type: 'segmentNuke' is not supported"),
+    ("reader", {"type": "segmentMetadataUpdate"}, "action.type: 'segmentMetadataUpdate' is not supported"),
     ("reader", {"type": "segmentAllocate", "dataSource": "wiki"}, "action.timestamp: required for segmentAllocate"),
     ("reader", {"type": "segmentAllocate", "dataSource": "other", "timestamp": "2015-09-12T00:00:00Z"},
      "dataSource: task [reader] works on [wiki], not [other]"),
