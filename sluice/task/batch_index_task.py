@@ -18,9 +18,7 @@ sets, as Druid's SQL layer does) makes every chunk the data source holds part of
 from __future__ import annotations
 
 import logging
-import secrets
 import shutil
-import string
 import threading
 import time
 from dataclasses import dataclass
@@ -42,7 +40,7 @@ from sluice.task import actions
 from sluice.task.ingest_plan import TIME, IngestPlan, IntervalsWindow, compile_plan
 from sluice.task.meters import BUILD_SEGMENTS, SavedParseExceptions, ingestion_metrics
 from sluice.task.stats import RowStats
-from sluice.task.task import PayloadTaskSpec, TaskFailure, TaskStatus, write_task_file
+from sluice.task.task import PayloadTaskSpec, TaskFailure, TaskStatus, random_id_part, write_task_file
 from sluice.task.toolbox import TaskToolbox
 from sluice.timestamps import format_timestamp
 
@@ -108,8 +106,7 @@ def create(spec: BatchIndexTaskSpec, toolbox: TaskToolbox) -> BatchIndexTask:
 
 def new_batch_task_id(task_type: str, data_source: str) -> str:
     """Druid's shape: <type>_<dataSource>_<8 random letters>_<creation time>."""
-    suffix = "".join(secrets.choice(string.ascii_lowercase) for _ in range(8))
-    return f"{task_type}_{data_source}_{suffix}_{format_timestamp(datetime.now(UTC))}"
+    return f"{task_type}_{data_source}_{random_id_part()}_{format_timestamp(datetime.now(UTC))}"
 
 
 def lock_type(payload: BatchTaskPayload) -> str:

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
 import shutil
-import string
 import threading
 import time
 from dataclasses import dataclass, field
@@ -41,7 +39,7 @@ from sluice.task.publisher import SequencePublisher, already_committed
 from sluice.task.rollup_policy import PersistMode, PersistRollup
 from sluice.task.sequences import HandoffLimits, SequenceMetadata, initial_sequences
 from sluice.task.stats import RowStats
-from sluice.task.task import TaskFailure, TaskStatus, write_task_file
+from sluice.task.task import TaskFailure, TaskStatus, random_id_part, write_task_file
 from sluice.task.toolbox import TaskToolbox
 from sluice.timestamps import format_timestamp, parse_timestamp
 
@@ -179,8 +177,7 @@ def create(spec: KafkaIndexTaskSpec, toolbox: TaskToolbox) -> KafkaIndexTask:
 
 def new_task_id(data_source: str, base_sequence_name: str) -> str:
     """Druid's shape: index_kafka_<dataSource>_<15 hex of the sequence>_<8 random letters>."""
-    suffix = "".join(secrets.choice(string.ascii_lowercase) for _ in range(8))
-    return f"{TASK_TYPE}_{data_source}_{base_sequence_name[-15:]}_{suffix}"
+    return f"{TASK_TYPE}_{data_source}_{base_sequence_name[-15:]}_{random_id_part()}"
 
 
 class KafkaIndexTask:

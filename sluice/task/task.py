@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import secrets
+import string
 import threading
 import time
 from dataclasses import dataclass
@@ -80,6 +82,11 @@ class RunnableTask(Protocol):
         process and ends without a final status; any other task just stops."""
         ...
     def report(self, status: TaskStatus | None = None) -> dict[str, Any]: ...
+
+
+def random_id_part() -> str:
+    """The 8 random letters Druid puts in the ids it makes for tasks."""
+    return "".join(secrets.choice(string.ascii_lowercase) for _ in range(8))
 
 
 class PayloadTaskSpec:
