@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,7 +39,7 @@ from sluice.task import actions
 from sluice.task.ingest_plan import TIME, IngestPlan, IntervalsWindow, compile_plan
 from sluice.task.meters import BUILD_SEGMENTS, SavedParseExceptions, ingestion_metrics
 from sluice.task.stats import RowStats
-from sluice.task.task import PayloadTaskSpec, TaskFailure, TaskStatus, random_id_part, write_task_file
+from sluice.task.task import PayloadTaskSpec, TaskFailure, TaskStatus, random_id_part, run_to_status, write_task_file
 from sluice.task.toolbox import TaskToolbox
 from sluice.timestamps import format_timestamp
 
@@ -138,16 +137,7 @@ class BatchIndexTask:
     # -- the task contract ---------------------------------------------------------------------------------
 
     def run(self) -> TaskStatus:
-        started = time.monotonic()
-        try:
-            self._run()
-            status = TaskStatus(self.spec.id, "SUCCESS")
-        except TaskFailure as failure:
-            status = TaskStatus.failure(self.spec.id, str(failure))
-        except Exception as error:  # noqa: BLE001 - a Spark or source error fails the task with its reason
-            log.exception("task %s failed", self.spec.id)
-            status = TaskStatus.failure(self.spec.id, _reason(error, self._stopped.is_set()))
-        status = TaskStatus(status.id, status.status_code, status.error_msg, int((time.monotonic() - started) * 1000))
+        status = run_to_status(self.spec.id, self._run, lambda error: _reason(error, self._stopped.is_set()))
         self.state = "COMPLETED"
         write_task_file(self.toolbox.task_dir, REPORT_FILE, self.report(status))
         shutil.rmtree(self.toolbox.task_dir / "work", ignore_errors=True)

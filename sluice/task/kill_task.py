@@ -15,7 +15,6 @@ import logging
 import secrets
 import string
 import threading
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -27,7 +26,7 @@ from sluice.spec.errors import SpecError, from_validation_error
 from sluice.spec.intervals import parse_interval
 from sluice.spec.model import SpecModel
 from sluice.task import actions
-from sluice.task.task import PayloadTaskSpec, TaskFailure, TaskStatus, write_task_file
+from sluice.task.task import PayloadTaskSpec, TaskFailure, TaskStatus, run_to_status, write_task_file
 from sluice.task.toolbox import TaskToolbox
 from sluice.timestamps import format_timestamp
 
@@ -120,16 +119,7 @@ class KillTask:
         self._stopped = threading.Event()
 
     def run(self) -> TaskStatus:
-        started = time.monotonic()
-        try:
-            self._run()
-            status = TaskStatus(self.spec.id, "SUCCESS")
-        except TaskFailure as failure:
-            status = TaskStatus.failure(self.spec.id, str(failure))
-        except Exception as error:  # noqa: BLE001 - a metadata or deep-storage error fails the task with its reason
-            log.exception("task %s failed", self.spec.id)
-            status = TaskStatus.failure(self.spec.id, f"{type(error).__name__}: {error}")
-        status = TaskStatus(status.id, status.status_code, status.error_msg, int((time.monotonic() - started) * 1000))
+        status = run_to_status(self.spec.id, self._run)
         write_task_file(self.toolbox.task_dir, "report.json", self.report(status))
         return status
 

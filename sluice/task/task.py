@@ -6,6 +6,7 @@ machinery of queue, workers and peons without Spark).
 from __future__ import annotations
 
 import importlib
+import logging
 import json
 import secrets
 import string
@@ -17,6 +18,9 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
 
 if TYPE_CHECKING:
     from sluice.task.toolbox import TaskToolbox
+
+
+log = logging.getLogger(__name__)
 
 
 class TaskFailure(Exception):
@@ -82,6 +86,22 @@ class RunnableTask(Protocol):
         process and ends without a final status; any other task just stops."""
         ...
     def report(self, status: TaskStatus | None = None) -> dict[str, Any]: ...
+
+
+def run_to_status(task_id: str, work: Callable[[], None],
+                  reason: Callable[[Exception], str] = lambda error: f"{type(error).__name__}: {error}") -> TaskStatus:
+    """`work` run to a final status with its duration: SUCCESS, a TaskFailure's message, or any other error's
+    `reason` (logged with its stack), so that a task always ends with a status its queue can act on."""
+    started = time.monotonic()
+    try:
+        work()
+        code, message = "SUCCESS", None
+    except TaskFailure as failure:
+        code, message = "FAILED", str(failure)
+    except Exception as error:  # noqa: BLE001 - see the docstring
+        log.exception("task %s failed", task_id)
+        code, message = "FAILED", reason(error)
+    return TaskStatus(task_id, code, message, int((time.monotonic() - started) * 1000))
 
 
 def random_id_part() -> str:
