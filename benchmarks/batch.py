@@ -23,8 +23,8 @@ API, rollup and queryable segments. So one run, one machine, the same files:
             1 GiB into one split: one subtask); one case runs with the default hint to show it.
   profile:  where Sluice's time goes, in one process on Sluice's session and code (local files, a subset):
             the connector read alone (Python readers → Arrow → Spark, to a no-op sink), the same records from
-            Spark's built-in readers, the task's persist job over each, and the merge job; per job the Spark
-            stage timings from the status store and the CPU of the JVM and the Python workers.
+            Spark's built-in readers, and the task's one job (read, parse, roll up, write the segments) over each;
+            per job the Spark stage timings from the status store and the CPU of the JVM and the Python workers.
 
 Peak RSS is of each process tree (node: Python + JVM + Spark's Python workers; each yardstick child).
 
@@ -444,8 +444,8 @@ def run_pyspark(case: str, root: Path, endpoint: str, out: Path) -> dict[str, An
 
 def run_profile(root: Path, warm_root: Path, files: int, work: Path) -> dict[str, Any]:
     """Where a batch task's time goes, on Sluice's own code and session: for each local format, over the first
-    `files` files, the task's two jobs (persist, merge) and the read alone, each with the connector's Python
-    readers and with Spark's built-in reader of the format feeding the same pipeline."""
+    `files` files, the task's job (read, parse, roll up, write the segments) and the read alone, each with the
+    connector's Python readers and with Spark's built-in reader of the format feeding the same pipeline."""
     from sluice.task import kafka_source, spark_session
     from sluice.task import pipeline as pipelines
 
@@ -472,33 +472,22 @@ class FormatProfile:
         self.pipeline = RowPipeline(spark, self.plan, IntervalsWindow(()))
 
     def run(self) -> dict[str, Any]:
-        from sluice.spec.granularity import parse_granularity
-
         self._connector(self.warm_source, None)  # the format's Python workers, warm (untimed)
         figures = {
             "connector_read": self._measured("connector-read", lambda: self._connector(self.source, None)),
             "builtin_read": self._measured("builtin-read", lambda: self._noop(self._builtin())),
-            "connector_persist": self._measured("connector-persist",
-                                                lambda: self._connector(self.source, self.work / "persist-c")),
-            # the same, with the splits spread by size instead of by the hash of their ids (see `balanced`)
-            "connector_persist_balanced": self._measured("connector-persist-balanced", lambda: self._connector(
-                balanced(self.source), self.work / "persist-balanced")),
-            "builtin_persist": self._measured("builtin-persist", lambda: self.pipeline.persist(
-                self._builtin(), self.work / "persist-b", rollup=False)),
-            "merge": self._measured("merge", lambda: self.pipeline.merge(
-                [self.work / "persist-c"], parse_granularity("DAY"), 5_000_000, self.work / "merged")),
+            "connector_job": self._measured("connector-job",
+                                            lambda: self._connector(self.source, self.work / "segments-c")),
+            "builtin_job": self._measured("builtin-job", lambda: self._segments(self._builtin(),
+                                                                                 self.work / "segments-b")),
         }
-        rows = figures["connector_persist"].pop("result").processed
-        balanced_rows = figures["connector_persist_balanced"].pop("result").processed
-        builtin_rows = figures["builtin_persist"].pop("result").stats.processed
+        rows = figures["connector_job"].pop("result").processed
+        builtin_rows = figures["builtin_job"].pop("result").processed
         for f in figures.values():
             f.pop("result", None)
             f["rows_per_s"] = round(rows / f["seconds"])
         shutil.rmtree(self.work, ignore_errors=True)
-        return {"rows": rows, "builtin_rows_equal": builtin_rows == rows, "balanced_rows_equal": balanced_rows == rows,
-                **figures,
-                "task_estimate_s": round(figures["connector_persist"]["seconds"] + figures["merge"]["seconds"], 2),
-                "builtin_task_estimate_s": round(figures["builtin_persist"]["seconds"] + figures["merge"]["seconds"], 2)}
+        return {"rows": rows, "builtin_rows_equal": builtin_rows == rows, **figures}
 
     def _measured(self, name: str, action: Any) -> dict[str, Any]:
         group = f"{self.fmt}-{name}"
@@ -510,14 +499,20 @@ class FormatProfile:
         return {"seconds": round(seconds, 2), "cpu_s_by_role": cpu_delta(before, self.sampler.cpu_by_role()),
                 "stages": stage_timings(self.spark, group), "result": result}
 
-    def _connector(self, source: Any, persist_dir: Path | None) -> Any:
+    def _connector(self, source: Any, segments_dir: Path | None) -> Any:
         """The task's read: its coordinator on this driver, its readers in Spark's Python workers."""
         from sluice.connectors.spark import ConnectorRead
 
         with ConnectorRead(self.spark, source, 2) as read:
-            if persist_dir is None:
+            if segments_dir is None:
                 return self._noop(read.dataframe())
-            return self.pipeline.persist(read.dataframe(), persist_dir, rollup=False).stats
+            return self._segments(read.dataframe(), segments_dir)
+
+    def _segments(self, records: Any, segments_dir: Path) -> Any:
+        """The batch task's one job over `records` (dynamic partitioning, DAY segments), its row counts."""
+        from sluice.spec.granularity import parse_granularity
+
+        return self.pipeline.write_segments(records, parse_granularity("DAY"), 5_000_000, segments_dir)[0].stats
 
     def _builtin(self) -> Any:
         return builtin_records(self.spark, self.fmt, self.paths, self.plan.fields)
@@ -525,19 +520,6 @@ class FormatProfile:
     @staticmethod
     def _noop(frame: Any) -> None:
         frame.write.format("noop").mode("overwrite").save()
-
-
-def balanced(source: Any) -> Any:
-    """`source` planning its splits with the size-balanced assigner. A file source plans with the fair one, the
-    Java hash of each split id modulo the readers: ids of files numbered in order (`3:/d/f-003.csv`) change in
-    two characters at once, so at 2 readers every split hashes to the same one."""
-    import copy
-
-    from sluice.connectors.api import SizeBalancedSplitAssigner
-
-    source = copy.copy(source)
-    source.split_assigner = SizeBalancedSplitAssigner
-    return source
 
 
 def builtin_records(spark: Any, fmt: str, paths: list[str], fields: tuple[str, ...]) -> Any:
@@ -718,18 +700,14 @@ def print_tables(result: dict[str, Any], console: Any) -> None:
     if "formats" in profile:
         table = Table(title=f"Where Sluice's time goes (local, first {profile['files']} files, one process, Sluice's "
                             "session): s (rows/s)", title_justify="left")
-        for column in ("format", "rows", "connector read → noop", "built-in read → noop", "persist job (connector)",
-                       "persist job (connector, balanced splits)", "persist job (built-in)", "merge job",
-                       "persist CPU s: JVM / py workers", "task est. connector → built-in"):
+        for column in ("format", "rows", "connector read → noop", "built-in read → noop", "task job (connector)",
+                       "task job (built-in)", "task job CPU s: JVM / py workers"):
             table.add_column(column, justify="left" if column == "format" else "right")
         for fmt, f in profile["formats"].items():
             cells = [f"{f[name]['seconds']:.1f} ({f[name]['rows_per_s']:,})" for name in
-                     ("connector_read", "builtin_read", "connector_persist", "connector_persist_balanced",
-                      "builtin_persist", "merge")]
-            cpu = f["connector_persist"]["cpu_s_by_role"]
-            table.add_row(fmt, n(f["rows"]), *cells,
-                          f"{n(cpu.get('jvm'), 0)} / {n(cpu.get('python_workers'), 0)}",
-                          f"{f['task_estimate_s']:.1f} → {f['builtin_task_estimate_s']:.1f} s")
+                     ("connector_read", "builtin_read", "connector_job", "builtin_job")]
+            cpu = f["connector_job"]["cpu_s_by_role"]
+            table.add_row(fmt, n(f["rows"]), *cells, f"{n(cpu.get('jvm'), 0)} / {n(cpu.get('python_workers'), 0)}")
         console.print(table)
 
 

@@ -188,21 +188,24 @@ class BatchIndexTask:
         spark.sparkContext.setJobGroup(self.spec.id, f"Sluice task {self.spec.id}", True)
         pipeline = RowPipeline(spark, plan, IntervalsWindow(tuple((i.start, i.end) for i in intervals)))
         self.state = "BUILD_SEGMENTS"
+        spec = tuning.effective_partitions_spec
+        dynamic = isinstance(spec, DynamicPartitionsSpec)
         with ConnectorRead(spark, source, tuning.max_num_concurrent_sub_tasks) as read:
             self._read = read
             try:
-                # rows are written as read: the merge rolls them up, in one shuffle instead of two
-                result = pipeline.persist(read.dataframe(), work / "persist", rollup=False)
+                if dynamic:  # one job writes the segments
+                    result, written = pipeline.write_segments(read.dataframe(), granularity,
+                                                              spec.max_rows_per_segment, work / "merged")
+                else:  # rows are written as read, and rolled up as they are partitioned, in one shuffle
+                    result = pipeline.persist(read.dataframe(), work / "persist", rollup=False)
                 read.checkpoint_complete()
             finally:
                 self._progress, self._read = read.host.progress(), None
         self._count(result.stats, result.parse_error_sample)
         self._check_stopped()
 
-        spec = tuning.effective_partitions_spec
-        if isinstance(spec, DynamicPartitionsSpec):
-            files = [(f.bucket_start_millis, f.path, f.num_rows, None)
-                     for f in pipeline.merge([work / "persist"], granularity, spec.max_rows_per_segment, work / "merged")]
+        if dynamic:
+            files = [(f.bucket_start_millis, f.path, f.num_rows, None) for f in written]
         else:
             from sluice.task import partitioning
 

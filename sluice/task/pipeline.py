@@ -127,22 +127,36 @@ class RowPipeline:
         dictionaries: they are read once or twice, and dictionary-encoding high-cardinality strings cost more
         than the rest of the write.
         """
+        rows, observation = self._observed(raw, count_keys)
+        (self.rolled_up(rows, rollup).write.mode("overwrite").option("parquet.enable.dictionary", "false")
+         .parquet(str(persist_dir)))
+        return _persist_result(observation)
+
+    def write_segments(self, raw: DataFrame, segment_granularity: Granularity, max_rows_per_segment: int,
+                       staging_dir: Path) -> tuple[PersistResult, list[SegmentFile]]:
+        """A batch task's one job (dynamic partitioning): read, parse, roll up and write the segment files at once,
+        where a streaming task persists many reads and merges them at publish. The rollup is a `groupBy` with a
+        partial aggregation before its shuffle, as a hand-written job's; its (fewer) rows are then shuffled by
+        bucket, so each bucket is written by one Spark task into the files the merge would write: one per bucket,
+        more where one would exceed maxRowsPerSegment."""
+        rows, observation = self._observed(raw, count_keys=False)
+        c = self._persist_columns()
+        kept = rows.where(c.kept).withColumn(TIME, c.granular_time).withColumn(
+            "__bucket", _bucket_millis(segment_granularity))
+        if self.plan.rollup:
+            kept = kept.groupBy("__bucket", *c.keys).agg(*c.aggregations)
+        else:
+            kept = kept.select("__bucket", *c.keys, *c.metric_values)
+        _write_buckets(kept.repartition("__bucket"), max_rows_per_segment, staging_dir)
+        return _persist_result(observation), _segment_files(staging_dir)
+
+    def _observed(self, raw: DataFrame, count_keys: bool) -> tuple[DataFrame, Observation]:
+        """The typed rows of `raw` (analysed once per DataFrame), with the row counters observed on them."""
         if self._typed is None or self._typed[0] is not raw:
             self._typed = (raw, self.typed_rows(raw))
         c = self._persist_columns()
         observation = Observation(f"rowStats-{uuid.uuid4().hex}")
-        rows = self._typed[1].observe(observation, *c.counters, *([c.rollup_keys] if count_keys else []))
-        (self.rolled_up(rows, rollup).write.mode("overwrite").option("parquet.enable.dictionary", "false")
-         .parquet(str(persist_dir)))
-        metrics = observation.get
-        stats = RowStats(
-            processed=metrics["processed"],
-            processed_with_error=metrics["processedWithError"],
-            thrown_away=metrics["thrownAway"],
-            unparseable=metrics["unparseable"],
-            processed_bytes=metrics["processedBytes"],
-        )
-        return PersistResult(stats, metrics["sample"], metrics.get("rollupKeys"))
+        return self._typed[1].observe(observation, *c.counters, *([c.rollup_keys] if count_keys else [])), observation
 
     def _persist_columns(self) -> _PersistColumns:
         """Built once: each column costs py4j round trips, and building them for every job delayed each job's
@@ -189,24 +203,15 @@ class RowPipeline:
               staging_dir: Path) -> list[SegmentFile]:
         """Combine the persists (rolled-up rows merge again) into files of at most maxRowsPerSegment rows,
         one or more per segmentGranularity bucket."""
-        (
-            self.merged_rows(persist_dirs, segment_granularity).sortWithinPartitions("__bucket", TIME)
-            .write.mode("overwrite")
-            .option("maxRecordsPerFile", max_rows_per_segment)
-            .partitionBy("__bucket")
-            .parquet(str(staging_dir))
-        )
-        return [
-            SegmentFile(int(path.parent.name.split("=", 1)[1]), path, pq.ParquetFile(path).metadata.num_rows)
-            for path in sorted(staging_dir.glob("__bucket=*/*.parquet"))
-        ]
+        _write_buckets(self.merged_rows(persist_dirs, segment_granularity), max_rows_per_segment, staging_dir)
+        return _segment_files(staging_dir)
 
     def merged_rows(self, persist_dirs: list[Path], segment_granularity: Granularity) -> DataFrame:
         """The persists' rows rolled up together (when the spec rolls up), with `__bucket`: the epoch millis of
         their segmentGranularity bucket. Rows of one bucket are in one Spark partition."""
         plan = self.plan
-        bucket = F.expr(f"unix_millis({segment_granularity.spark_sql(f'`{TIME}`')})")
-        rows = self.spark.read.parquet(*(str(d) for d in persist_dirs)).withColumn("__bucket", bucket)
+        rows = self.spark.read.parquet(*(str(d) for d in persist_dirs)).withColumn(
+            "__bucket", _bucket_millis(segment_granularity))
         # one shuffle: rows partitioned by bucket are already clustered for a rollup whose keys include it
         rows = rows.repartition("__bucket")
         if plan.rollup:  # persists may hold rows not rolled up, and rows of two persists may combine
@@ -247,6 +252,34 @@ class IngestPipeline(RowPipeline):
                          rollup: bool = True, count_keys: bool = False) -> PersistResult:
         """Read `ranges` into one persist (`persist`)."""
         return self.persist(self.read(ranges), persist_dir, rollup, count_keys)
+
+
+def _persist_result(observation: Observation) -> PersistResult:
+    metrics = observation.get
+    stats = RowStats(
+        processed=metrics["processed"],
+        processed_with_error=metrics["processedWithError"],
+        thrown_away=metrics["thrownAway"],
+        unparseable=metrics["unparseable"],
+        processed_bytes=metrics["processedBytes"],
+    )
+    return PersistResult(stats, metrics["sample"], metrics.get("rollupKeys"))
+
+
+def _bucket_millis(segment_granularity: Granularity) -> Column:
+    """`__bucket`: the epoch millis of a row's segmentGranularity bucket."""
+    return F.expr(f"unix_millis({segment_granularity.spark_sql(f'`{TIME}`')})")
+
+
+def _write_buckets(rows: DataFrame, max_rows_per_segment: int, staging_dir: Path) -> None:
+    """One directory per `__bucket`, files of at most maxRowsPerSegment rows sorted by time: the segments."""
+    (rows.sortWithinPartitions("__bucket", TIME).write.mode("overwrite")
+     .option("maxRecordsPerFile", max_rows_per_segment).partitionBy("__bucket").parquet(str(staging_dir)))
+
+
+def _segment_files(staging_dir: Path) -> list[SegmentFile]:
+    return [SegmentFile(int(path.parent.name.split("=", 1)[1]), path, pq.ParquetFile(path).metadata.num_rows)
+            for path in sorted(staging_dir.glob("__bucket=*/*.parquet"))]
 
 
 def _parsed_fields(raw: DataFrame, plan: IngestPlan) -> DataFrame:

@@ -411,6 +411,24 @@ def test_persists_not_rolled_up_merge_into_the_same_segments(spark, two_persists
     assert merged([raw[0], dirs[1]], "mixed") == merged(dirs, "from-rolled-up-again")
 
 
+@pytest.mark.parametrize("max_rows", [100, 1])
+def test_a_batch_tasks_single_job_writes_the_segments_the_merge_of_its_persists_would(spark, two_persists, tmp_path,
+                                                                                     max_rows):
+    p, dirs, (first, second) = two_persists
+    result, files = p.write_segments(records(spark, FIRST + SECOND), parse_granularity("HOUR"), max_rows,
+                                     tmp_path / "segments")
+    assert result.stats == first.stats + second.stats
+    assert result.parse_error_sample is not None and "unparseable" in result.parse_error_sample
+    merged = p.merge(dirs, parse_granularity("HOUR"), max_rows, tmp_path / "merged")
+    assert sorted((f.bucket_start_millis, f.num_rows) for f in files) == \
+        sorted((f.bucket_start_millis, f.num_rows) for f in merged)
+
+    def rows(segment_files: list) -> list[dict]:
+        return table(spark.read.parquet(*(str(f.path) for f in segment_files)))
+
+    assert rows(files) == rows(merged)
+
+
 def test_each_segment_file_holds_one_bucket_only(spark, two_persists, tmp_path):
     p, dirs, _ = two_persists
     for f in p.merge(dirs, parse_granularity("HOUR"), 100, tmp_path / "staging"):
