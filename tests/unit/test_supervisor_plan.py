@@ -203,6 +203,23 @@ def test_task_duration_counts_from_when_the_first_replica_started_reading():
     assert decided.actions == [EndGroup(0)]
 
 
+def test_a_group_that_has_not_read_its_first_records_is_not_ended_at_task_duration():
+    """Its first Spark job is still running (pausing would throw it away); once it has read, the group ends."""
+    state = started(plan(SupervisorState(), observe(partitions=(0,), initial={0: 10}), CONFIG).state, {0: "cold"})
+    at_duration = T0 + CONFIG.task_duration
+    waiting = replace(observe(now=at_duration, partitions=(0,), stored={0: 10}, statuses={"cold": "RUNNING"}),
+                      latest_offsets={0: 500}, current_offsets={0: 10})
+    decided = plan(state, waiting, CONFIG)
+    assert decided.actions == []
+
+    decided = plan(decided.state, replace(waiting, current_offsets={0: 11}), CONFIG)
+    assert decided.actions == [EndGroup(0)]
+    # nothing to read: the group ends at taskDuration as before, having read nothing
+    state = started(plan(SupervisorState(), observe(partitions=(0,), initial={0: 10}), CONFIG).state, {0: "idle"})
+    idle = replace(waiting, task_statuses={"idle": "RUNNING"}, latest_offsets={0: 10})
+    assert plan(state, idle, CONFIG).actions == [EndGroup(0)]
+
+
 def discovered(task_id, group_id, start, sequence="seq_a", same_spec=True, end=None):
     return DiscoveredTask(task_id, group_id, start, sequence, T0, same_spec, end)
 

@@ -249,7 +249,12 @@ def _check_active_groups(state: SupervisorState, obs: Observation, actions: list
 
 
 def _check_task_duration(state: SupervisorState, obs: Observation, config: PlanConfig, actions: list[Action]) -> None:
-    """A group ends at taskDuration, or early when its partitions changed (new partitions join the next group)."""
+    """A group ends at taskDuration, or early when its partitions changed (new partitions join the next group).
+
+    A group that has not read its first records while records wait for it is not ended at taskDuration: a peon's
+    first Spark job can take longer than taskDuration on a loaded machine, pausing abandons a read in flight, and
+    ending the group would throw that read away only for the next group to start just as cold. It ends as soon as
+    one of its replicas has read something (or fails, if it cannot read at all)."""
     assigned: dict[int, set[int]] = {}
     for partition in obs.partitions:
         assigned.setdefault(group_of(partition, config.task_count), set()).add(partition)
@@ -258,8 +263,15 @@ def _check_task_duration(state: SupervisorState, obs: Observation, config: PlanC
         if group.started is None and starts:
             group.started = min(starts)
         expired = group.started is not None and obs.now >= group.started + config.task_duration
-        if expired or set(group.starting_offsets) != assigned.get(group_id):
+        if set(group.starting_offsets) != assigned.get(group_id) or (expired and not _waiting_for_first_read(group, obs)):
             actions.append(EndGroup(group_id))
+
+
+def _waiting_for_first_read(group: TaskGroup, obs: Observation) -> bool:
+    """No replica of the group has moved past its starting offsets, and the stream holds records past them."""
+    start = group.starting_offsets
+    return (all(obs.current_offsets.get(p, o) <= o for p, o in start.items())
+            and any(obs.latest_offsets.get(p, o) > o for p, o in start.items()))
 
 
 def _check_idle(state: SupervisorState, obs: Observation, config: PlanConfig) -> bool:
