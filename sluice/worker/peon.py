@@ -63,30 +63,29 @@ def try_lock(task_dir: Path) -> IO[str] | None:
 
 
 class _StopRequests:
-    """Stop requests (SIGTERM and the worker's death: stop to be restored; SIGUSR1: shut down for good) for a task
-    that cannot be stopped yet: until its Spark is up they are kept, and then the task does not run at all (a
-    stopping worker does not wait for a Spark to start only to stop it)."""
+    """Stop requests (SIGTERM and the worker's death: stop to be restored; SIGUSR1: shut down for good). Until its
+    Spark is up the task has done nothing, and the peon exits at once instead of waiting for a Spark to start only to
+    stop it (a cold Spark can take a minute on a loaded machine, all that time holding a worker slot): the worker
+    records a shutdown as such, and a task to be restored finds its directory as it was."""
 
     def __init__(self, task: RunnableTask) -> None:
         self._task = task
         self._lock = threading.Lock()
         self._started = False
-        #: what was asked before the task started: "shutdown" wins over "restore"
-        self.before_start: str | None = None
 
     def request(self, shutdown: bool) -> None:
         """Called on a thread of its own (stopping may call into Spark, and a signal handler must not)."""
         with self._lock:
             if not self._started:
-                self.before_start = "shutdown" if shutdown or self.before_start == "shutdown" else "restore"
-                return
+                log.info("task %s %s before it started; exiting", self._task.spec.id,
+                         "shut down" if shutdown else "stopped")
+                os._exit(0)
         (self._task.stop if shutdown else self._task.stop_gracefully)()
 
-    def start(self) -> str | None:
-        """The task can be stopped from now on; what was asked before, if anything."""
+    def start(self) -> None:
+        """The task can be stopped from now on."""
         with self._lock:
             self._started = True
-            return self.before_start
 
 
 def _on_signal(stops: _StopRequests, shutdown: bool) -> Callable[..., None]:
@@ -128,20 +127,15 @@ def run_peon(task_dir: Path, port: int, metadata_uri: str, deep_storage: str, sp
     http.start()
     threading.Thread(target=_watch_parent, args=(parent_pid, spec.id, stops), name="parent-watch", daemon=True).start()
     spark = None
-    if spec.needs_spark and stops.before_start is None:
+    if spec.needs_spark:
         from sluice.task import kafka_source, spark_session  # only tasks that read start Spark
 
         spark = spark_session.get_or_create(spark_master)
         kafka_source.register(spark)
         toolbox.spark = spark
 
-    before_start = stops.start()
-    if before_start == "shutdown":
-        status = TaskStatus.failure(spec.id, "shut down before the task started")
-    elif before_start == "restore":
-        status = TaskStatus(spec.id, "RUNNING")  # never started: its directory is as it was, for the restart
-    else:
-        status = task.run()
+    stops.start()
+    status = task.run()
     if status.is_complete:
         write_task_file(task_dir, STATUS_FILE, status.to_json())
         log.info("task %s finished: %s %s", spec.id, status.status_code, status.error_msg or "")
