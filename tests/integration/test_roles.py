@@ -200,13 +200,12 @@ def test_streaming_through_peons_is_exactly_once_when_peons_are_killed(kafka_bro
     overlord_process, _, broker_process = processes
     topic = "wiki-peons"
     kafka_broker.create_topic(topic, 2)
-    records = generate(40_000, seed=5)
-    first, second = records[:20_000], records[20_000:]
+    records = generate(12_000, seed=5)
+    first, second = records[:6_000], records[6_000:]
     produce(kafka_broker.bootstrap_servers, topic, first, 2)
     try:
         with overlord_process.client() as overlord, broker_process.client() as broker:
-            spec = supervisor_spec("wiki_peons", topic, kafka_broker.bootstrap_servers, taskDuration="PT40S")
-            spec["spec"]["tuningConfig"]["maxRowsInMemory"] = 4_000
+            spec = supervisor_spec("wiki_peons", topic, kafka_broker.bootstrap_servers, taskDuration="PT20S")
             assert overlord.post(f"{TASKS}/supervisor", json=spec).status_code == 200
 
             def supervisor() -> dict:
