@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from sluice.overlord.supervisor.plan import (
-    NOT_SET, DiscoveredTask, EndGroup, KillTask, LagStats, Observation, PlanConfig, RecordStartingOffsets,
-    ResetStoredOffsets, StartTask, SupervisorState, add_checkpoint, adopt, checkpoint_refusal, end_group, plan,
-    record_lag,
+    FIRST_READ_GRACE, NOT_SET, DiscoveredTask, EndGroup, KillTask, LagStats, Observation, PlanConfig,
+    RecordStartingOffsets, ResetStoredOffsets, StartTask, SupervisorState, add_checkpoint, adopt, checkpoint_refusal,
+    end_group, plan, record_lag,
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -212,8 +212,12 @@ def test_a_group_that_has_not_read_its_first_records_is_not_ended_at_task_durati
     decided = plan(state, waiting, CONFIG)
     assert decided.actions == []
 
-    decided = plan(decided.state, replace(waiting, current_offsets={0: 11}), CONFIG)
-    assert decided.actions == [EndGroup(0)]
+    read = plan(decided.state, replace(waiting, current_offsets={0: 11}), CONFIG)
+    assert read.actions == [EndGroup(0)]
+    # a first read that takes longer than the grace is stuck, not slow: the group ends, cancelling it
+    assert plan(decided.state, replace(waiting, now=at_duration + FIRST_READ_GRACE - timedelta(seconds=1)),
+                CONFIG).actions == []
+    assert plan(decided.state, replace(waiting, now=at_duration + FIRST_READ_GRACE), CONFIG).actions == [EndGroup(0)]
     # nothing to read: the group ends at taskDuration as before, having read nothing
     state = started(plan(SupervisorState(), observe(partitions=(0,), initial={0: 10}), CONFIG).state, {0: "idle"})
     idle = replace(waiting, task_statuses={"idle": "RUNNING"}, latest_offsets={0: 10})

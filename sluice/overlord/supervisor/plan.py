@@ -17,6 +17,8 @@ from datetime import datetime, timedelta
 
 #: partitionOffsets value meaning "start from what the metadata store has" (Druid's NOT_SET)
 NOT_SET = -1
+#: how long past taskDuration a group may take to read its first records (a cold peon's first Spark job)
+FIRST_READ_GRACE = timedelta(minutes=1)
 
 
 @dataclass
@@ -251,10 +253,10 @@ def _check_active_groups(state: SupervisorState, obs: Observation, actions: list
 def _check_task_duration(state: SupervisorState, obs: Observation, config: PlanConfig, actions: list[Action]) -> None:
     """A group ends at taskDuration, or early when its partitions changed (new partitions join the next group).
 
-    A group that has not read its first records while records wait for it is not ended at taskDuration: a peon's
-    first Spark job can take longer than taskDuration on a loaded machine, pausing abandons a read in flight, and
-    ending the group would throw that read away only for the next group to start just as cold. It ends as soon as
-    one of its replicas has read something (or fails, if it cannot read at all)."""
+    A group that has not read its first records while records wait for it is given up to FIRST_READ_GRACE more: a
+    peon's first Spark job can take longer than taskDuration on a loaded machine, pausing abandons a read in
+    flight, and ending the group would throw that read away only for the next group to start just as cold. It ends
+    as soon as one of its replicas has read something; a read that is stuck rather than slow is still cut off."""
     assigned: dict[int, set[int]] = {}
     for partition in obs.partitions:
         assigned.setdefault(group_of(partition, config.task_count), set()).add(partition)
@@ -263,7 +265,9 @@ def _check_task_duration(state: SupervisorState, obs: Observation, config: PlanC
         if group.started is None and starts:
             group.started = min(starts)
         expired = group.started is not None and obs.now >= group.started + config.task_duration
-        if set(group.starting_offsets) != assigned.get(group_id) or (expired and not _waiting_for_first_read(group, obs)):
+        waiting = expired and obs.now < group.started + config.task_duration + FIRST_READ_GRACE \
+            and _waiting_for_first_read(group, obs)
+        if set(group.starting_offsets) != assigned.get(group_id) or (expired and not waiting):
             actions.append(EndGroup(group_id))
 
 
