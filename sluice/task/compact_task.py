@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import tempfile
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -47,7 +46,7 @@ from sluice.task.batch_index_task import (
     BatchIndexTaskSpec,
     new_batch_task_id,
 )
-from sluice.task.task import PayloadTaskSpec, TaskFailure, TaskStatus, write_task_file
+from sluice.task.task import PayloadTaskSpec, TaskFailure, TaskStatus, run_to_status, write_task_file
 from sluice.task.toolbox import TaskToolbox
 
 log = logging.getLogger(__name__)
@@ -367,17 +366,10 @@ class CompactionTask:
         self._stopped = threading.Event()
 
     def run(self) -> TaskStatus:
-        started = time.monotonic()
-        try:
-            status = self._run()
-        except TaskFailure as failure:
-            status = TaskStatus.failure(self.spec.id, str(failure))
-        except Exception as error:  # noqa: BLE001 - reading the segments' files failed: the task fails with why
-            log.exception("task %s failed", self.spec.id)
-            status = TaskStatus.failure(self.spec.id, f"{type(error).__name__}: {error}")
+        status = run_to_status(self.spec.id, self._run)
         if self._current is None:  # failed before any batch ran: still leave a report
             write_task_file(self.toolbox.task_dir, "report.json", self.report(status))
-        return TaskStatus(status.id, status.status_code, status.error_msg, int((time.monotonic() - started) * 1000))
+        return status
 
     def stop(self) -> None:
         self._stopped.set()
@@ -395,11 +387,11 @@ class CompactionTask:
             "ingestionState": "COMPLETED" if status else "NOT_STARTED", "unparseableEvents": {}, "rowStats": {},
             "segmentsPublished": 0, "errorMsg": status.error_msg if status else None}}}
 
-    def _run(self) -> TaskStatus:
+    def _run(self) -> None:
+        """Each interval's batch in turn; the first that fails fails the task with its reason."""
         used = self.toolbox.metadata.used_segments(self.spec.data_source)
         chosen = select_segments(self.spec, used)
         inputs = [InputSegment(s, self._column_types(s)) for s in chosen]
-        status = TaskStatus(self.spec.id, "SUCCESS")
         for payload in compaction_payloads(self.spec, inputs):
             if self._stopped.is_set():
                 raise TaskFailure("task was stopped")
@@ -409,8 +401,7 @@ class CompactionTask:
                      self.spec.data_source)
             status = self._current.run()
             if status.status_code != "SUCCESS":
-                return status
-        return status
+                raise TaskFailure(status.error_msg or f"compacting {self.spec.data_source} failed")
 
     def _column_types(self, segment: DataSegment) -> dict[str, str]:
         """The types the segment's file stores its columns as; a tombstone has no rows to read, nor a type."""

@@ -18,7 +18,6 @@ import json
 import logging
 import shutil
 import threading
-import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
@@ -39,7 +38,7 @@ from sluice.task.publisher import SequencePublisher, already_committed
 from sluice.task.rollup_policy import PersistMode, PersistRollup
 from sluice.task.sequences import HandoffLimits, SequenceMetadata, initial_sequences
 from sluice.task.stats import RowStats
-from sluice.task.task import TaskFailure, TaskStatus, random_id_part, write_task_file
+from sluice.task.task import TaskFailure, TaskStatus, random_id_part, run_to_status, write_task_file
 from sluice.task.toolbox import TaskToolbox
 from sluice.timestamps import format_timestamp, parse_timestamp
 
@@ -341,20 +340,10 @@ class KafkaIndexTask:
     # ---- running ----
 
     def run(self) -> TaskStatus:
-        started = time.monotonic()
-        try:
-            self._run()
-            status = TaskStatus(self.spec.id, "SUCCESS")
-        except TaskFailure as failure:
-            status = TaskStatus(self.spec.id, "FAILED", str(failure))
-        except Exception as error:  # a task must always end with a status its supervisor can act on
-            log.exception("task %s failed", self.spec.id)
-            status = TaskStatus(self.spec.id, "FAILED", f"{type(error).__name__}: {error}")
+        status = run_to_status(self.spec.id, self._run)
         if self._stop_for_restore and not (status.is_complete and status.status_code == "SUCCESS"):
             log.info("task %s stopped; it resumes from %s when its process restarts", self.spec.id, SEQUENCES_FILE)
             return TaskStatus(self.spec.id, "RUNNING")
-        duration = int((time.monotonic() - started) * 1000)
-        status = TaskStatus(status.id, status.status_code, status.error_msg, duration)
         self._write("report.json", self.report(status))
         return status
 
