@@ -7,7 +7,7 @@ costs in CPU-microseconds per event, for every process involved (the JVM, Spark'
 read Kafka, the dev broker that serves it, the driver), by running the task's own ``IngestPipeline`` on
 1M sample events, one step more each time:
 
-  read     the Kafka source alone (``sluice_kafka`` → noop)
+  read     the task's Kafka source alone (``KafkaStreamSource`` through the connector framework → noop)
   parse    + ``from_json`` of the fields the example spec reads
   parse_in_worker
            the alternative: the source's Python worker parses with pyarrow's JSON reader, ``from_json``
@@ -25,6 +25,7 @@ run twice; the second run is reported.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -174,16 +175,19 @@ class _ParsedInWorkerReader(DataSourceReader):
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
+    from sluice.connectors.sources.kafka_stream import KafkaStreamSource
+    from sluice.connectors.spark import ConnectorRead
     from sluice.dev.sample_data import generate, produce
     from sluice.dev.tansu import DevKafkaBroker
     from sluice.spec.data_schema import DataSchema
-    from sluice.task import kafka_source, spark_session
+    from sluice.stream.kafka import KafkaStream
+    from sluice.task import spark_session
     from sluice.task.ingest_plan import compile_plan
     from sluice.task.pipeline import IngestPipeline, warm_up
 
     work = Path(tempfile.mkdtemp(prefix="sluice-bench-stages-"))
     try:
-        with DevKafkaBroker(log_dir=work) as broker:
+        with DevKafkaBroker(log_dir=work) as broker, contextlib.ExitStack() as reads:
             broker.create_topic(TOPIC, PARTITIONS)
             log(f"producing {args.events:,} events")
             ends = produce(broker.bootstrap_servers, TOPIC, generate(args.events, seed=args.seed), PARTITIONS)
@@ -193,12 +197,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "python": measure(events, lambda: consume_python(broker.bootstrap_servers, TOPIC, ends))}
 
             spark = spark_session.get_or_create(app_name="bench-stages")
-            kafka_source.register(spark)
             spark.dataSource.register(ParsedInWorkerSource)
             warm_up(spark, work / "warm-up")
             spec = example_spec(broker.bootstrap_servers, TOPIC, TOPIC)
             plan = compile_plan(DataSchema.model_validate(spec["spec"]["dataSchema"]))
-            pipeline = IngestPipeline(spark, plan, TOPIC, {"bootstrap.servers": broker.bootstrap_servers}, list(ends))
+            consumer = {"bootstrap.servers": broker.bootstrap_servers}
+            source = KafkaStreamSource(TOPIC, consumer, {p: 0 for p in ends}, lambda: KafkaStream(consumer, TOPIC))
+            stream = reads.enter_context(ConnectorRead(spark, source, source.parallelism))
+            pipeline = IngestPipeline(spark, plan, stream)
+
+            def records() -> Any:
+                """Every offset, as the task's next persist reads them: no epoch is committed, so each job reads
+                the same ranges again."""
+                pipeline.plan_read(ends, events)
+                return pipeline.read()[1]
 
             def noop(df: Any) -> None:
                 df.write.format("noop").mode("overwrite").save()
@@ -215,16 +227,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 return rows.select(*(F.coalesce(F.col(f), F.col("__left").getField(f)).alias(f) for f in fields))
 
             def parsed_in_jvm() -> Any:
-                return pipeline.read(ranges).select(
+                return records().select(
                     F.from_json(F.col("value").cast("string"), plan.json_schema_ddl).alias("r")).select("r.*")
 
             jobs: dict[str, Callable[[], object]] = {
-                "read": lambda: noop(pipeline.read(ranges)),
+                "read": lambda: noop(records()),
                 "parse": lambda: noop(parsed_in_jvm()),
                 "parse_in_worker": lambda: noop(parsed_in_worker()),
-                "typed": lambda: noop(pipeline.typed_rows(pipeline.read(ranges))),
-                "persist": lambda: pipeline.read_and_persist(ranges, work / "persist", rollup=False),
-                "rollup": lambda: pipeline.read_and_persist(ranges, work / "rollup", rollup=True),
+                "typed": lambda: noop(pipeline.typed_rows(records())),
+                "persist": lambda: pipeline.persist(records(), work / "persist", rollup=False),
+                "rollup": lambda: pipeline.persist(records(), work / "rollup", rollup=True),
             }
             for name, job in jobs.items():
                 log(f"stage {name}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic
+from typing import TYPE_CHECKING, Generic, Protocol
 
 from sluice.connectors.api import (Boundedness, CoordinatorContext, ReaderContext, SizeBalancedSplitAssigner, Source,
                                    SourceReader, SplitAssigner, SplitCoordinator, SplitT, plan)
@@ -71,10 +71,16 @@ class PlannedSplitCoordinator(SplitCoordinator[SplitT, PlannedSplitsState[SplitT
             self._context.signal_no_more_splits(reader)
 
 
+class ReadsSplits(Protocol[SplitT]):
+    def read_split(self, split: SplitT) -> Iterator[pa.RecordBatch]:
+        """The split's records, as batches matching the source's `output_schema()`; runs in an executor."""
+        ...
+
+
 class SplitReader(SourceReader[SplitT]):
     """Reads its splits in the order they came, each to its end, one Arrow batch per `poll_next`."""
 
-    def __init__(self, source: BoundedSource[SplitT], context: ReaderContext) -> None:
+    def __init__(self, source: ReadsSplits[SplitT], context: ReaderContext) -> None:
         self._source = source
         self.context = context
         self._splits: list[SplitT] = []

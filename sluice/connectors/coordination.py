@@ -10,6 +10,11 @@ that registers with a newer attempt than before therefore failed: everything ass
 since the last checkpoint went down with that attempt's output, so it is given back to the coordinator
 (`add_splits_back`) before the new attempt is added (`add_reader`). That is how a failed reader's splits are
 read again, exactly once in the committed output.
+
+An unbounded source is read in epochs, one Spark job each (a streaming task's persists): every epoch starts its
+readers afresh, so a reader is known by its epoch and attempt. `begin_epoch` moves the host on; a reader of an
+older epoch (a straggler of a cancelled job) gets nothing, and an epoch whose job did not complete
+(`checkpoint_complete`) gives its splits back when the next epoch's readers register.
 """
 
 from __future__ import annotations
@@ -50,7 +55,8 @@ class ReadProgress:
 
 @dataclass
 class _Reader(Generic[SplitT]):
-    attempt: int
+    #: (epoch, attempt): a later one means the earlier one ended, and what it held is given back
+    incarnation: tuple[int, int]
     #: everything assigned to this reader since the last completed checkpoint
     assigned: list[SplitT] = field(default_factory=list)
     mailbox: Mailbox[SplitT] = field(default_factory=Mailbox)
@@ -68,6 +74,7 @@ class CoordinatorHost(CoordinatorContext[SplitT, StateT]):
         self._readers: dict[int, _Reader[SplitT]] = {}
         self._closed = threading.Event()
         self._timers: list[threading.Thread] = []
+        self._epoch = 0
         self.coordinator: SplitCoordinator[SplitT, StateT] = source.create_split_coordinator(self)
 
     # -- what the runtime calls, for the readers -------------------------------------------------------
@@ -76,14 +83,28 @@ class CoordinatorHost(CoordinatorContext[SplitT, StateT]):
         with self._lock:
             self.coordinator.start()
 
-    def register(self, reader: int, attempt: int = 0) -> None:
+    def run_in_coordinator(self, call: Callable[[SplitCoordinator[SplitT, StateT]], T]) -> T:
+        """`call(coordinator)` in the coordinator's thread: how the runtime owning a read asks its coordinator what
+        the contract does not cover (a streaming task plans each epoch's ranges)."""
+        with self._lock:
+            return call(self.coordinator)
+
+    def begin_epoch(self, epoch: int) -> None:
+        """The readers of `epoch` (the next Spark job of an unbounded read) are about to register."""
+        with self._lock:
+            if epoch <= self._epoch:
+                raise ValueError(f"epoch {epoch} does not follow epoch {self._epoch}")
+            self._epoch = epoch
+
+    def register(self, reader: int, attempt: int = 0, epoch: int = 0) -> None:
         """A reader (attempt) starts. A newer attempt than the one registered means the older one failed."""
         self._check_index(reader)
         with self._lock:
             known = self._readers.get(reader)
-            if known is not None and attempt <= known.attempt:
-                return  # the same attempt registering again (a retried request)
-            self._readers[reader] = _Reader(attempt)
+            incarnation = (epoch, attempt)
+            if epoch != self._epoch or (known is not None and incarnation <= known.incarnation):
+                return  # a straggler of an earlier epoch, or the same attempt registering again (a retried request)
+            self._readers[reader] = _Reader(incarnation)
             if known is not None:
                 lost = known.assigned + known.mailbox.splits
                 lost = list({s.split_id: s for s in lost}.values())
@@ -91,21 +112,22 @@ class CoordinatorHost(CoordinatorContext[SplitT, StateT]):
                     self.coordinator.add_splits_back(lost, reader)
             self.coordinator.add_reader(reader)
 
-    def poll(self, reader: int, attempt: int = 0) -> Mailbox[SplitT]:
+    def poll(self, reader: int, attempt: int = 0, epoch: int = 0) -> Mailbox[SplitT]:
         """Take what waits for the reader; an attempt that is no longer the current one gets nothing more."""
         with self._lock:
             known = self._readers.get(reader)
-            if known is None or known.attempt != attempt:
+            if known is None or known.incarnation != (epoch, attempt):
                 return Mailbox(no_more_splits=True)
             box, known.mailbox = known.mailbox, Mailbox()
             known.mailbox.no_more_splits = box.no_more_splits
             return box
 
-    def report_progress(self, reader: int, attempt: int, rows: int, size: int, splits_done: int) -> None:
+    def report_progress(self, reader: int, attempt: int, rows: int, size: int, splits_done: int,
+                        epoch: int = 0) -> None:
         """A reader attempt's running totals (rows and bytes handed to Spark, splits read through)."""
         with self._lock:
             known = self._readers.get(reader)
-            if known is not None and known.attempt == attempt:
+            if known is not None and known.incarnation == (epoch, attempt):
                 known.progress = ReadProgress(rows, size, splits_done)
 
     def progress(self) -> ReadProgress:
@@ -138,6 +160,11 @@ class CoordinatorHost(CoordinatorContext[SplitT, StateT]):
         """Split ids per reader since the last checkpoint (for logs and tests)."""
         with self._lock:
             return {r: [s.split_id for s in known.assigned] for r, known in sorted(self._readers.items())}
+
+    def incarnations(self) -> dict[int, tuple[int, int]]:
+        """Each reader's current (epoch, attempt): an attempt above 0 is a reader Spark ran again (for logs and tests)."""
+        with self._lock:
+            return {r: known.incarnation for r, known in sorted(self._readers.items())}
 
     def close(self) -> None:
         self._closed.set()

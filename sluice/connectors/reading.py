@@ -26,11 +26,12 @@ _POLL_EVERY_S = 1.0
 
 
 class CoordinatorChannel(Protocol):
-    def register(self, reader: int, attempt: int) -> None: ...
-    def poll(self, reader: int, attempt: int) -> Mailbox[Any]: ...
+    def register(self, reader: int, attempt: int, epoch: int) -> None: ...
+    def poll(self, reader: int, attempt: int, epoch: int) -> Mailbox[Any]: ...
     def request_split(self, reader: int, hostname: str | None) -> None: ...
     def source_event(self, reader: int, event: dict[str, Any]) -> None: ...
-    def report_progress(self, reader: int, attempt: int, rows: int, size: int, splits_done: int) -> None: ...
+    def report_progress(self, reader: int, attempt: int, rows: int, size: int, splits_done: int,
+                        epoch: int) -> None: ...
 
 
 class _ReaderContext:
@@ -46,16 +47,16 @@ class _ReaderContext:
         self._channel.request_split(self._index, socket.gethostname())
 
 
-def read_assigned(source: Source[Any, Any], index: int, attempt: int, channel: CoordinatorChannel
+def read_assigned(source: Source[Any, Any], index: int, attempt: int, channel: CoordinatorChannel, epoch: int = 0
                   ) -> Iterator[pa.RecordBatch]:
-    """Run reader `index` (this attempt of it) to its end, yielding its batches."""
+    """Run reader `index` (this attempt of it, in this epoch) to its end, yielding its batches."""
     context = _ReaderContext(index, channel)
     reader: SourceReader[Any] = source.create_reader(context)
-    channel.register(index, attempt)
+    channel.register(index, attempt, epoch)
     reader.start()
     progress = _Progress(reader)
     try:
-        progress.deliver(channel.poll(index, attempt))
+        progress.deliver(channel.poll(index, attempt, epoch))
         polled = time.monotonic()
         wait = _IDLE_WAIT_S[0]
         asked = False
@@ -67,8 +68,8 @@ def read_assigned(source: Source[Any, Any], index: int, attempt: int, channel: C
                     progress.count(batch)
                     yield batch
                 if time.monotonic() - polled > _POLL_EVERY_S:
-                    channel.report_progress(index, attempt, *progress.totals())
-                    progress.deliver(channel.poll(index, attempt))
+                    channel.report_progress(index, attempt, *progress.totals(), epoch)
+                    progress.deliver(channel.poll(index, attempt, epoch))
                     polled = time.monotonic()
                 continue
             if not asked:
@@ -76,9 +77,9 @@ def read_assigned(source: Source[Any, Any], index: int, attempt: int, channel: C
                 asked = True
             time.sleep(wait)
             wait = min(wait * 2, _IDLE_WAIT_S[1])
-            progress.deliver(channel.poll(index, attempt))
+            progress.deliver(channel.poll(index, attempt, epoch))
             polled = time.monotonic()
-        channel.report_progress(index, attempt, *progress.totals())
+        channel.report_progress(index, attempt, *progress.totals(), epoch)
     finally:
         reader.close()
 

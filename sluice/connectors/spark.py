@@ -10,6 +10,9 @@ and asks for more until the coordinator says nothing more comes::
         df.write.parquet(...)          # one Spark job; its tasks are the readers
         read.checkpoint_complete()     # the job's output is committed: no split is given back after this
 
+An unbounded source is read in epochs, one job each, over the same DataFrame: `next_epoch()` before each job,
+`checkpoint_complete(epoch)` once its output is committed (a streaming task's persists).
+
 Spark runs a failed task again as a new attempt of the same partition. The new attempt registers, the
 coordinator gets the failed attempt's splits back and assigns them again, and the failed attempt's rows were
 discarded with its output: every split is in the job's output exactly once. Retries need
@@ -44,6 +47,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 SOURCE_NAME = "sluice_connector"
+#: the local property that carries the epoch of an unbounded read to the job's readers
+EPOCH = "sluice.connector.epoch"
 #: how long an executor keeps trying to reach the coordinator (the driver may be busy collecting garbage)
 _CHANNEL_RETRY_S = 30.0
 
@@ -55,12 +60,12 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         host, splits = self.server.host, self.server.splits
         try:
-            reader, attempt = int(body["reader"]), int(body.get("attempt", 0))
+            reader, attempt, epoch = int(body["reader"]), int(body.get("attempt", 0)), int(body.get("epoch", 0))
             answer: dict[str, Any] = {}
             if self.path == "/register":
-                host.register(reader, attempt)
+                host.register(reader, attempt, epoch)
             elif self.path == "/poll":
-                box = host.poll(reader, attempt)
+                box = host.poll(reader, attempt, epoch)
                 answer = {"splits": [_encode(splits.serialize(s)) for s in box.splits], "events": box.events,
                           "noMoreSplits": box.no_more_splits, "version": splits.version}
             elif self.path == "/request":
@@ -68,7 +73,8 @@ class _Handler(BaseHTTPRequestHandler):
             elif self.path == "/event":
                 host.source_event(reader, body["event"])
             elif self.path == "/progress":
-                host.report_progress(reader, attempt, int(body["rows"]), int(body["bytes"]), int(body["splitsDone"]))
+                host.report_progress(reader, attempt, int(body["rows"]), int(body["bytes"]), int(body["splitsDone"]),
+                                     epoch)
             else:
                 self.send_error(404)
                 return
@@ -102,11 +108,11 @@ class HttpChannel:
         self._url = url
         self._serializer = serializer
 
-    def register(self, reader: int, attempt: int) -> None:
-        self._post("/register", reader=reader, attempt=attempt)
+    def register(self, reader: int, attempt: int, epoch: int) -> None:
+        self._post("/register", reader=reader, attempt=attempt, epoch=epoch)
 
-    def poll(self, reader: int, attempt: int) -> Mailbox[Any]:
-        answer = self._post("/poll", reader=reader, attempt=attempt)
+    def poll(self, reader: int, attempt: int, epoch: int) -> Mailbox[Any]:
+        answer = self._post("/poll", reader=reader, attempt=attempt, epoch=epoch)
         splits = [self._serializer.deserialize(answer["version"], _decode(s)) for s in answer["splits"]]
         return Mailbox(splits, answer["events"], answer["noMoreSplits"])
 
@@ -116,8 +122,9 @@ class HttpChannel:
     def source_event(self, reader: int, event: dict[str, Any]) -> None:
         self._post("/event", reader=reader, event=event)
 
-    def report_progress(self, reader: int, attempt: int, rows: int, size: int, splits_done: int) -> None:
-        self._post("/progress", reader=reader, attempt=attempt, rows=rows, bytes=size, splitsDone=splits_done)
+    def report_progress(self, reader: int, attempt: int, rows: int, size: int, splits_done: int, epoch: int) -> None:
+        self._post("/progress", reader=reader, attempt=attempt, rows=rows, bytes=size, splitsDone=splits_done,
+                   epoch=epoch)
 
     def _post(self, path: str, **body: Any) -> dict[str, Any]:
         request = urllib.request.Request(self._url + path, json.dumps(body).encode(),
@@ -154,9 +161,10 @@ class _ConnectorReader(DataSourceReader):
 
         context = TaskContext.get()
         attempt = context.attemptNumber() if context is not None else 0
+        epoch = context.getLocalProperty(EPOCH) if context is not None else None
         channel = HttpChannel(self.url, self.source.split_serializer())
         assert isinstance(partition, ReaderPartition)
-        return read_assigned(self.source, partition.index, attempt, channel)
+        return read_assigned(self.source, partition.index, attempt, channel, int(epoch or 0))
 
 
 class ConnectorDataSource(DataSource):
@@ -179,11 +187,13 @@ class ConnectorDataSource(DataSource):
 class ConnectorRead:
     """One read of a source by Spark: the coordinator served for as long as the read lives."""
 
-    def __init__(self, spark: SparkSession, source: Source[Any, Any], parallelism: int, bind: str | None = None) -> None:
+    def __init__(self, spark: SparkSession, source: Source[Any, Any], parallelism: int, bind: str | None = None,
+                 restored: Any = None) -> None:
         self.spark = spark
         self.source = source
         self.parallelism = parallelism
-        self.host: CoordinatorHost[Any, Any] = CoordinatorHost(source, parallelism)
+        self.host: CoordinatorHost[Any, Any] = CoordinatorHost(source, parallelism, restored)
+        self._epoch = 0
         address = bind or spark.conf.get("spark.driver.host", "127.0.0.1") or "127.0.0.1"
         self._server = _CoordinatorServer(self.host, address)
         self._thread = threading.Thread(target=self._server.serve_forever, name="split-coordinator", daemon=True)
@@ -212,6 +222,14 @@ class ConnectorRead:
 
     def checkpoint_complete(self, checkpoint_id: int = 1) -> None:
         self.host.checkpoint_complete(checkpoint_id)
+
+    def next_epoch(self) -> int:
+        """Make the next job this thread starts the next epoch of an unbounded read (`dataframe()` built once
+        serves them all); once its output is committed, `checkpoint_complete(epoch)`."""
+        self._epoch += 1
+        self.host.begin_epoch(self._epoch)
+        self.spark.sparkContext.setLocalProperty(EPOCH, str(self._epoch))
+        return self._epoch
 
 
 _registered: set[int] = set()

@@ -163,10 +163,9 @@ class Node:
     # ---- overlord ----
 
     def _start_thread_runner(self) -> None:
-        from sluice.task import kafka_source, pipeline, spark_session  # Spark starts here, not at import
+        from sluice.task import pipeline, spark_session  # Spark starts here, not at import
 
         self.spark = spark_session.get_or_create(self.config.spark_master)
-        kafka_source.register(self.spark)
         warm = self.config.work_dir / "warm-up"
         try:
             pipeline.warm_up(self.spark, warm)

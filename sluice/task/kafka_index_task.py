@@ -22,18 +22,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice.emitter import metrics
 from sluice.metadata.offsets import StreamOffsets
 from sluice.realtime import RealtimeView
 from sluice.spec.supervisor import IngestionSpec, KafkaIOConfig, parse_supervisor_spec
-from sluice.stream.kafka import KafkaStream
 from sluice.task import actions, sequences
 from sluice.task.ingest_plan import MessageWindow, compile_plan
 from sluice.task.meters import (BUILD_SEGMENTS, ParseExceptionReport, RowIngestionMeters, SavedParseExceptions,
                                 ingestion_metrics)
-from sluice.task.offsets import next_ranges
 from sluice.task.publisher import SequencePublisher, already_committed
 from sluice.task.rollup_policy import PersistMode, PersistRollup
 from sluice.task.sequences import HandoffLimits, SequenceMetadata, initial_sequences
@@ -41,6 +39,9 @@ from sluice.task.stats import RowStats
 from sluice.task.task import TaskFailure, TaskStatus, random_id_part, run_to_status, write_task_file
 from sluice.task.toolbox import TaskToolbox
 from sluice.timestamps import format_timestamp, parse_timestamp
+
+if TYPE_CHECKING:
+    from sluice.task.pipeline import IngestPipeline
 
 log = logging.getLogger(__name__)
 
@@ -368,23 +369,25 @@ class KafkaIndexTask:
         self.started = datetime.now(UTC)
         self.toolbox.task_dir.mkdir(parents=True, exist_ok=True)
         self._write("task.json", self.spec.to_json())
-        from sluice.task.pipeline import IngestPipeline  # Spark is imported where it runs
+        from sluice.connectors.sources.kafka_stream import KafkaStreamSource  # Spark is imported where it runs
+        from sluice.connectors.spark import ConnectorRead
+        from sluice.task.pipeline import IngestPipeline
 
         io = self.spec.ingestion.io_config
-        pipeline = IngestPipeline(self.toolbox.spark, compile_plan(self.spec.ingestion.data_schema, io.flatten_spec),
-                                  io.topic, io.consumer_properties, list(self.spec.start_offsets), self.spec.message_window,
-                                  io.input_format)
+        plan = compile_plan(self.spec.ingestion.data_schema, io.flatten_spec)
+        source = KafkaStreamSource(io.topic, io.consumer_properties, self.current_offsets(),
+                                   lambda: self.toolbox.stream_factory(io), io.input_format, plan.fields,
+                                   discovery_interval=self.toolbox.poll_interval)
+        stream = ConnectorRead(self.toolbox.spark, source, source.parallelism)
+        pipeline = IngestPipeline(self.toolbox.spark, plan, stream, self.spec.message_window)
         publisher = threading.Thread(target=self._publish_loop, args=(SequencePublisher(self, pipeline),),
                                      name=f"{self.spec.id}-publish", daemon=True)
         publisher.start()
-        stream = self.toolbox.stream_factory(io)
         # this thread's Spark jobs carry the task id, so pause and stop can cancel a read in flight
         self.toolbox.spark.sparkContext.setJobGroup(self.spec.id, f"Sluice task {self.spec.id}", True)
         try:
-            try:
-                self._read(pipeline, stream)
-            finally:
-                stream.close()
+            with stream:
+                self._read(pipeline)
             with self._cond:
                 if not self._stop_requested:
                     self.state = TaskState.PUBLISHING
@@ -402,7 +405,7 @@ class KafkaIndexTask:
                               "was not committed")
         shutil.rmtree(self.toolbox.task_dir / "persist", ignore_errors=True)
 
-    def _read(self, pipeline: Any, stream: KafkaStream) -> None:
+    def _read(self, pipeline: IngestPipeline) -> None:
         with self._cond:
             self.state = TaskState.READING
         while True:
@@ -417,9 +420,7 @@ class KafkaIndexTask:
                 sequence = sequences.reading_sequence(self._sequences, self._current)
                 if sequence is None:
                     return  # read up to the final end offsets
-                current = dict(self._current)
-            ranges = next_ranges(current, stream.latest_offsets(list(current)), sequence.end_offsets,
-                                 self._batch_records())
+            ranges = pipeline.plan_read(sequence.end_offsets, self._batch_records())
             if not ranges:
                 with self._cond:
                     self._cond.wait(self.toolbox.poll_interval)
@@ -437,23 +438,23 @@ class KafkaIndexTask:
             cap = min(cap, max(1, tuning.max_bytes_in_memory * seen // self.row_stats.processed_bytes))
         return cap
 
-    def _persist(self, pipeline: Any, ranges: dict[int, tuple[int, int]], sequence_id: int) -> None:
+    def _persist(self, pipeline: IngestPipeline, ranges: dict[int, tuple[int, int]], sequence_id: int) -> None:
         relative = f"persist/{sequence_id}/{self._persist_count}"
         directory = self.toolbox.task_dir / relative
         with self._cond:
             if self._pause_requested or self._stop_requested:
                 return
             self._reading = True
-            epoch = self._read_epoch
+            read_epoch = self._read_epoch
         mode = (self._persist_rollup.next_persist() if self.spec.ingestion.data_schema.granularity_spec.rollup
                 else PersistMode(rollup=False, count_keys=False))
         try:
-            result = pipeline.read_and_persist(ranges, directory, mode.rollup, mode.count_keys)
+            source_epoch, result = pipeline.read_and_persist(directory, mode.rollup, mode.count_keys)
             bucket_rows = pipeline.bucket_rows(directory, self.spec.ingestion.data_schema.granularity_spec
                                                .segment_granularity)
         except Exception:
             with self._cond:
-                abandoned = epoch != self._read_epoch
+                abandoned = read_epoch != self._read_epoch
             if not abandoned:
                 raise
             result = None
@@ -462,9 +463,10 @@ class KafkaIndexTask:
                 self._reading = False
         tuning = self.spec.ingestion.tuning_config
         with self._cond:
-            if result is None or epoch != self._read_epoch:
+            if result is None or read_epoch != self._read_epoch:
                 shutil.rmtree(directory, ignore_errors=True)  # an abandoned read: never persisted, offsets unmoved
                 return
+            pipeline.commit(source_epoch)
             self._persist_count += 1
             self._persist_rollup.measured(result.stats.processed + result.stats.processed_with_error,
                                           sum(bucket_rows.values()) if mode.rollup else result.rollup_keys)

@@ -1,8 +1,8 @@
 """``sluice_kafka``: a PySpark batch data source that reads exact Kafka offset ranges.
 
-The pip ``pyspark`` ships no Kafka connector, and a streaming task owns its offsets anyway (the
-metadata store, not Spark, is the source of truth for exactly-once), so a task asks Spark for a
-bounded read of ``[start, end)`` per partition and gets exactly those records back::
+The pip ``pyspark`` ships no Kafka connector, and Sluice owns its offsets anyway (the metadata store, not
+Spark, is the source of truth for exactly-once), so a read asks Spark for ``[start, end)`` per partition and
+gets exactly those records back::
 
     register(spark)
     df = (spark.read.format("sluice_kafka")
@@ -15,17 +15,8 @@ bounded read of ``[start, end)`` per partition and gets exactly those records ba
 Each InputPartition is one slice of one Kafka partition; executors read it with confluent-kafka and
 yield Arrow batches that match :data:`SCHEMA` exactly (Spark 4.3 rejects any mismatch).
 
-A task reads many ranges of the same partitions, one Spark job each. Building and analysing a new
-DataFrame per job costs more than reading a small range, so the ranges can instead be the job's::
-
-    df = (spark.read.format("sluice_kafka").option("topic", "wikipedia")
-          .option("consumerProperties", ...).option("partitions", "0,2")
-          .option("rangesProperty", JOB_RANGES).load())           # built and analysed once
-    spark.sparkContext.setLocalProperty(JOB_RANGES, json.dumps({"0": [0, 5000]}))
-    df.write...                                                     # this job reads [0, 5000) of partition 0
-
-One input partition per listed Kafka partition; each reads the range the job's local property (set in the
-thread that starts the job, carried by Spark with every task of it) gives it, or nothing.
+A streaming task reads its partitions through the connector framework instead
+(``sluice.connectors.sources.kafka_stream``), with this module's reading and decoding.
 
 The records are JSON message values as they are (:data:`SCHEMA`; Spark's ``from_json`` parses them) unless the
 ``inputFormat`` option (a supervisor's ``ioConfig.inputFormat``, JSON) with ``fields`` (the ingestion's raw
@@ -68,7 +59,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
-    "JOB_RANGES",
     "SCHEMA",
     "SOURCE_NAME",
     "KafkaRangeDataSource",
@@ -89,9 +79,6 @@ SCHEMA = StructType(
         StructField("value", BinaryType(), nullable=True),
     ]
 )
-
-#: the local property a job's ranges are in, for a reader built with the ``rangesProperty`` option
-JOB_RANGES = "sluice.kafka.ranges"
 
 #: the raw message value beside the fields parsed from it (column-shaped records)
 MESSAGE = "__message"
@@ -114,22 +101,6 @@ class OffsetRange(InputPartition):
     partition: int
     start: int
     end: int
-
-
-@dataclass(frozen=True)
-class JobRange(InputPartition):
-    """One Kafka partition whose range each job gives in its local property ``ranges_property``."""
-
-    partition: int
-    ranges_property: str
-
-    def offset_range(self) -> OffsetRange | None:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        text = context.getLocalProperty(self.ranges_property) if context is not None else None
-        bounds = parse_ranges(text).get(self.partition) if text else None
-        return OffsetRange(self.partition, *bounds) if bounds else None
 
 
 def split_ranges(ranges: Mapping[int, tuple[int, int]], max_records: int | None = None) -> list[OffsetRange]:
@@ -413,11 +384,7 @@ class _KafkaRangeReader(DataSourceReader):
         self.consumer_properties: dict[str, Any] = json.loads(required("consumerProperties"))
         if not isinstance(self.consumer_properties, dict):
             raise ValueError('option "consumerProperties" must be a JSON object')
-        self.ranges_property = options.get("rangesProperty")
-        if self.ranges_property:
-            self.job_partitions = [int(p) for p in required("partitions").split(",")]
-        else:
-            self.ranges = parse_ranges(required("ranges"))
+        self.ranges = parse_ranges(required("ranges"))
         max_records = options.get("maxRecordsPerSplit")
         self.max_records = int(max_records) if max_records else None
         read_timeout_ms = options.get("readTimeoutMs")
@@ -426,13 +393,9 @@ class _KafkaRangeReader(DataSourceReader):
         self.decoder = None if input_format is None else MessageDecoder(input_format, fields)
 
     def partitions(self) -> list[InputPartition]:
-        if self.ranges_property:
-            return [JobRange(p, self.ranges_property) for p in self.job_partitions]
         return split_ranges(self.ranges, self.max_records)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if isinstance(partition, JobRange):
-            partition = partition.offset_range()
         if not isinstance(partition, OffsetRange) or partition.start >= partition.end:
             # Spark replaces an empty plan with one placeholder InputPartition(None): nothing to read.
             return iter(())
@@ -440,9 +403,8 @@ class _KafkaRangeReader(DataSourceReader):
 
 
 class KafkaRangeDataSource(DataSource):
-    """Options: ``topic``, ``consumerProperties`` (JSON), and ``ranges`` (JSON) or ``partitions`` (comma-separated)
-    with ``rangesProperty`` (the local property each job's ranges are in); optional ``maxRecordsPerSplit`` (with
-    ``ranges``), ``readTimeoutMs`` (default 30000), and ``inputFormat`` with ``fields`` (the module's shapes)."""
+    """Options: ``topic``, ``consumerProperties`` (JSON) and ``ranges`` (JSON); optional ``maxRecordsPerSplit``,
+    ``readTimeoutMs`` (default 30000), and ``inputFormat`` with ``fields`` (the module's shapes)."""
 
     @classmethod
     def name(cls) -> str:

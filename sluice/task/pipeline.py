@@ -11,7 +11,7 @@ import json
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,14 +23,11 @@ from sluice.connectors.records import ERROR, LOCATOR
 from sluice.spec.expressions import quote_identifier
 from sluice.spec.granularity import Granularity
 from sluice.task.ingest_plan import TIME, IngestPlan, IntervalsWindow, MessageWindow
-from sluice.task.kafka_source import (
-    JOB_RANGES,
-    KEY_ERROR,
-    MESSAGE,
-    METADATA_PREFIX,
-    SOURCE_NAME,
-)
+from sluice.task.kafka_source import KEY_ERROR, MESSAGE, METADATA_PREFIX
 from sluice.task.stats import RowStats
+
+if TYPE_CHECKING:
+    from sluice.connectors.spark import ConnectorRead
 
 
 @dataclass(frozen=True)
@@ -221,37 +218,43 @@ class RowPipeline:
 
 
 class IngestPipeline(RowPipeline):
-    """A streaming task's rows: many read jobs over the same Kafka partitions, then merges.
+    """A streaming task's rows: its Kafka partitions read through the connector framework (`KafkaStreamSource`), one
+    epoch per persist, over one DataFrame; then merges.
 
-    `input_format` is the supervisor's ioConfig.inputFormat (None: json). JSON values go to Spark as bytes and
-    are parsed by `from_json`; any other format is parsed by the Kafka source in the executors (kafka_source)."""
+    JSON values go to Spark as bytes and are parsed by `from_json`; any other format is parsed by the source's
+    readers in the executors (kafka_source's shapes)."""
 
-    def __init__(self, spark: SparkSession, plan: IngestPlan, topic: str, consumer_properties: Mapping[str, object],
-                 partitions: Sequence[int], window: MessageWindow = MessageWindow(), input_format: Any = None):
+    def __init__(self, spark: SparkSession, plan: IngestPlan, stream: ConnectorRead,
+                 window: MessageWindow = MessageWindow()):
         super().__init__(spark, plan, window)
-        self._source_options = {"topic": topic, "consumerProperties": json.dumps(dict(consumer_properties)),
-                                "partitions": ",".join(str(p) for p in sorted(partitions)),
-                                "rangesProperty": JOB_RANGES}
-        if input_format is not None and input_format.type != "json":
-            self._source_options.update(inputFormat=json.dumps(input_format.to_json()), fields=json.dumps(plan.fields))
-        self._source: DataFrame | None = None
+        self.stream = stream
+        self._records: DataFrame | None = None
 
-    def read(self, ranges: Mapping[int, tuple[int, int]]) -> DataFrame:
-        """The records of `ranges`, for the next Spark job this thread starts.
+    def plan_read(self, end_offsets: Mapping[int, int], max_records: int) -> dict[int, tuple[int, int]]:
+        """The next persist's offset ranges, partition -> [start, end), as the source's coordinator plans them from
+        the offsets read so far: empty when there is nothing new to read."""
+        return self.stream.host.run_in_coordinator(lambda c: c.plan_epoch(dict(end_offsets), max_records))
 
-        Always the same DataFrame, built and analysed once: the ranges travel with the job, as a local property
-        of the calling thread (kafka_source's `rangesProperty`). Building and analysing the read, parse and
-        rollup anew took longer than a job over a few thousand records.
+    def read(self) -> tuple[int, DataFrame]:
+        """The planned ranges' records, for the next Spark job this thread starts, and that job's epoch.
+
+        Always the same DataFrame, built and analysed once: the epoch travels with the job as a local property.
+        Building and analysing the read, parse and rollup anew took longer than a job over a few thousand records.
         """
-        self.spark.sparkContext.setLocalProperty(JOB_RANGES, json.dumps({str(p): list(r) for p, r in ranges.items()}))
-        if self._source is None:
-            self._source = self.spark.read.format(SOURCE_NAME).options(**self._source_options).load()
-        return self._source
+        epoch = self.stream.next_epoch()
+        if self._records is None:
+            self._records = self.stream.dataframe()
+        return epoch, self._records
 
-    def read_and_persist(self, ranges: Mapping[int, tuple[int, int]], persist_dir: Path,
-                         rollup: bool = True, count_keys: bool = False) -> PersistResult:
-        """Read `ranges` into one persist (`persist`)."""
-        return self.persist(self.read(ranges), persist_dir, rollup, count_keys)
+    def read_and_persist(self, persist_dir: Path, rollup: bool = True, count_keys: bool = False
+                         ) -> tuple[int, PersistResult]:
+        """Read the planned ranges into one persist (`persist`); `commit` its epoch once it is kept."""
+        epoch, records = self.read()
+        return epoch, self.persist(records, persist_dir, rollup, count_keys)
+
+    def commit(self, epoch: int) -> None:
+        """The epoch's persist is kept: the coordinator plans the next read from its ends."""
+        self.stream.checkpoint_complete(epoch)
 
 
 def _persist_result(observation: Observation) -> PersistResult:
@@ -348,27 +351,29 @@ def _columns(*names: str) -> list[Column]:
 
 
 def warm_up(spark: SparkSession, work_dir: Path) -> None:
-    """Run a small persist and merge once, so that the first read of the first task is not the one that starts
-    Spark's Python workers and compiles its code: a cold first job took ten times a warm one."""
+    """Run a small connector read, persist and merge once, so that the first read of the first task is not the one
+    that starts Spark's Python workers and compiles its code: a cold first job took ten times a warm one."""
+    from sluice.connectors.sources.inline import InlineSource
+    from sluice.connectors.spark import ConnectorRead
     from sluice.spec.data_schema import DataSchema
     from sluice.spec.granularity import parse_granularity
+    from sluice.spec.input_format import JsonInputFormat
+    from sluice.spec.input_source import InlineInputSource
     from sluice.task.ingest_plan import compile_plan
-    from sluice.task.kafka_source import SCHEMA
 
     schema = DataSchema.model_validate({
         "dataSource": "warm_up", "timestampSpec": {"column": "time", "format": "iso"},
         "dimensionsSpec": {"dimensions": ["page", "flag"]},
         "metricsSpec": [{"type": "count", "name": "count"}, {"type": "longSum", "name": "added", "fieldName": "added"}],
         "granularitySpec": {"segmentGranularity": "HOUR", "queryGranularity": "MINUTE"}})
-    values = [json.dumps({"time": f"2024-01-01T00:{i % 60:02d}:00Z", "page": f"p{i % 7}", "flag": i % 2 == 0,
-                          "added": i}).encode() for i in range(200)] + [b"not json"]
-    records = spark.createDataFrame([(0, offset, None, value) for offset, value in enumerate(values)], SCHEMA)
-    pipeline = IngestPipeline(spark, compile_plan(schema), "warm_up", {"bootstrap.servers": "unused:9092"}, [0])
-    # the Kafka source's own Python workers (planning and reading), with a job that has no range to read
-    pipeline.read({}).write.format("noop").mode("overwrite").save()
-    spark.sparkContext.setLocalProperty(JOB_RANGES, None)
-    pipeline.read = lambda ranges: records  # type: ignore[method-assign]
-    for rollup in (True, False):
-        pipeline.read_and_persist({0: (0, len(values))}, work_dir / f"persist-{rollup}", rollup, count_keys=not rollup)
+    lines = [json.dumps({"time": f"2024-01-01T00:{i % 60:02d}:00Z", "page": f"p{i % 7}", "flag": i % 2 == 0,
+                         "added": i}) for i in range(200)] + ["not json"]
+    plan = compile_plan(schema)
+    pipeline = RowPipeline(spark, plan)
+    source = InlineSource(InlineInputSource(type="inline", data="\n".join(lines)), JsonInputFormat(type="json"),
+                          plan.fields)
+    for rollup in (True, False):  # through the connector data source's Python workers, as a task reads
+        with ConnectorRead(spark, source, 1) as read:
+            pipeline.persist(read.dataframe(), work_dir / f"persist-{rollup}", rollup, count_keys=not rollup)
     pipeline.merge([work_dir / "persist-True", work_dir / "persist-False"], parse_granularity("HOUR"), 1000,
                    work_dir / "staging")

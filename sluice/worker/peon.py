@@ -128,10 +128,9 @@ def run_peon(task_dir: Path, port: int, metadata_uri: str, deep_storage: str, sp
     threading.Thread(target=_watch_parent, args=(parent_pid, spec.id, stops), name="parent-watch", daemon=True).start()
     spark = None
     if spec.needs_spark:
-        from sluice.task import kafka_source, spark_session  # only tasks that read start Spark
+        from sluice.task import spark_session  # only tasks that read start Spark
 
         spark = spark_session.get_or_create(spark_master)
-        kafka_source.register(spark)
         toolbox.spark = spark
 
     stops.start()

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from sluice.dev.sample_data import SampleRecord, generate, produce
 from sluice.dev.tansu import DevKafkaBroker
-from sluice.task.kafka_source import JOB_RANGES, SCHEMA, register
+from sluice.task.kafka_source import SCHEMA, register
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -103,29 +103,3 @@ def test_range_beyond_the_stored_end_fails_clearly_instead_of_hanging(
     df = _read(spark, kafka_broker, {0: [ends[0] - 3, ends[0] + 2]}, readTimeoutMs="1500")
     with pytest.raises(PythonException, match=rf"no record after offset {ends[0] - 1} for 1.5s"):
         df.count()
-
-
-def test_one_dataframe_reads_the_ranges_each_job_gives_it(
-    spark: SparkSession, kafka_broker: DevKafkaBroker, produced: tuple[list[SampleRecord], dict[int, int], datetime]
-) -> None:
-    """A task's read is built once; each job's ranges travel as a local property of the thread that starts it."""
-    records, _, _ = produced
-    df = (
-        spark.read.format("sluice_kafka")
-        .option("topic", TOPIC)
-        .option("consumerProperties", json.dumps({"bootstrap.servers": kafka_broker.bootstrap_servers}))
-        .option("partitions", "0,1")
-        .option("rangesProperty", JOB_RANGES)
-        .load()
-    )
-    try:
-        for ranges in ({"0": [0, 10], "1": [5, 7]}, {"1": [100, 250]}, {}):
-            spark.sparkContext.setLocalProperty(JOB_RANGES, json.dumps(ranges))
-            # a new plan over the same read (executing one plan twice would reuse its shuffle's output)
-            counts = df.groupBy("partition").agg(F.count("*").alias("n"), F.min("offset").alias("first"))
-            assert sorted(tuple(row) for row in counts.collect()) == sorted(
-                (int(p), end - start, start) for p, (start, end) in ranges.items())
-        spark.sparkContext.setLocalProperty(JOB_RANGES, json.dumps({"0": [3, 5]}))
-        assert [r.value for r in df.orderBy("offset").collect()] == _values_of(records, 0)[3:5]
-    finally:
-        spark.sparkContext.setLocalProperty(JOB_RANGES, None)

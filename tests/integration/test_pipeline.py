@@ -22,7 +22,7 @@ from sluice.spec.granularity import parse_granularity
 from sluice.spec.supervisor import KafkaIOConfig
 from sluice.task.ingest_plan import compile_plan
 from sluice.task.kafka_index_task import message_window
-from sluice.task.pipeline import IngestPipeline, PersistResult
+from sluice.task.pipeline import PersistResult, RowPipeline
 from sluice.task.stats import RowStats
 
 pytestmark = pytest.mark.spark
@@ -48,13 +48,12 @@ def records(spark: SparkSession, values: list[str | None]) -> DataFrame:
     return spark.createDataFrame(rows, RAW_SCHEMA)
 
 
-def pipeline(spark: SparkSession, **data_schema: Any) -> IngestPipeline:
+def pipeline(spark: SparkSession, **data_schema: Any) -> RowPipeline:
     """A pipeline for the dataSchema `{dataSource: events, timestampSpec: {column: ts}, dimensions: [page]}`
     with the given fields replaced."""
     spec = {"dataSource": "events", "timestampSpec": {"column": "ts"}, "dimensionsSpec": {"dimensions": ["page"]},
             **data_schema}
-    return IngestPipeline(spark, compile_plan(DataSchema.model_validate(spec)), "events",
-                          {"bootstrap.servers": "unused:9092"}, [0])
+    return RowPipeline(spark, compile_plan(DataSchema.model_validate(spec)))
 
 
 def table(df: DataFrame) -> list[dict]:
@@ -63,13 +62,12 @@ def table(df: DataFrame) -> list[dict]:
     return sorted(out, key=lambda r: [(v is None, str(v)) for v in r.values()])
 
 
-def ingest(p: IngestPipeline, values: list[str | None]) -> list[dict]:
+def ingest(p: RowPipeline, values: list[str | None]) -> list[dict]:
     return table(p.rolled_up(p.typed_rows(records(p.spark, values))))
 
 
-def persist(p: IngestPipeline, values: list[str | None], directory: Path, rollup: bool = True) -> PersistResult:
-    p.read = lambda ranges: records(p.spark, values)
-    return p.read_and_persist({0: (0, len(values))}, directory, rollup)
+def persist(p: RowPipeline, values: list[str | None], directory: Path, rollup: bool = True) -> PersistResult:
+    return p.persist(records(p.spark, values), directory, rollup)
 
 
 def byte_length(values: list[str | None]) -> int:
@@ -320,7 +318,7 @@ def test_a_persist_not_rolled_up_can_count_the_rows_it_would_roll_up_into(spark,
               event("2024-01-01T05:00:00Z", page="dropped", user="x"), "not json"]
     counted = persist(p, values, tmp_path / "counted", rollup=False)
     assert counted.rollup_keys is None  # not asked for
-    result = p.read_and_persist({0: (0, len(values))}, tmp_path / "keys", rollup=False, count_keys=True)
+    result = p.persist(records(p.spark, values), tmp_path / "keys", rollup=False, count_keys=True)
     assert (result.stats.processed, result.stats.thrown_away, result.stats.unparseable) == (6, 1, 1)
     assert result.rollup_keys == 4  # (05:00, a, u), (05:00, a, null), (06:00, a, u), (05:00, b, u)
     assert pq.read_table(tmp_path / "keys").num_rows == 6  # written as read
@@ -364,7 +362,7 @@ SECOND = [
 
 
 @pytest.fixture(scope="module")
-def two_persists(spark, tmp_path_factory) -> tuple[IngestPipeline, list[Path], list[PersistResult]]:
+def two_persists(spark, tmp_path_factory) -> tuple[RowPipeline, list[Path], list[PersistResult]]:
     """FIRST and SECOND read and persisted once for the merge tests (each merge writes its own staging dir)."""
     p = pipeline(spark, metricsSpec=MERGE_METRICS, granularitySpec={"queryGranularity": "MINUTE"})
     directory = tmp_path_factory.mktemp("persists")
@@ -525,14 +523,13 @@ def test_dimension_names_differing_only_in_case_are_rejected_by_the_spec():
 TASK_CREATED = datetime(2024, 1, 1, 12, 0, tzinfo=UTC)
 
 
-def windowed(spark: SparkSession, io: dict, **data_schema: Any) -> IngestPipeline:
+def windowed(spark: SparkSession, io: dict, **data_schema: Any) -> RowPipeline:
     """`pipeline(...)` with the window of a task created at TASK_CREATED, with taskDuration PT1H and these
     ioConfig fields."""
     io_config = KafkaIOConfig.model_validate({"topic": "events", "inputFormat": {"type": "json"}, "taskDuration": "PT1H",
                                               "consumerProperties": {"bootstrap.servers": "unused:9092"}, **io})
     p = pipeline(spark, **data_schema)
-    return IngestPipeline(spark, p.plan, "events", {"bootstrap.servers": "unused:9092"}, [0],
-                          message_window(io_config, TASK_CREATED))
+    return RowPipeline(spark, p.plan, message_window(io_config, TASK_CREATED))
 
 
 WINDOWS = [
