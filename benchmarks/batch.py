@@ -446,11 +446,12 @@ def run_profile(root: Path, warm_root: Path, files: int, work: Path) -> dict[str
     """Where a batch task's time goes, on Sluice's own code and session: for each local format, over the first
     `files` files, the task's job (read, parse, roll up, write the segments) and the read alone, each with the
     connector's Python readers and with Spark's built-in reader of the format feeding the same pipeline."""
-    from sluice.task import kafka_source, spark_session
+    from sluice.stream import kafka_ranges
+    from sluice.task import spark_session
     from sluice.task import pipeline as pipelines
 
     spark = spark_session.get_or_create(app_name="bench-batch-profile")
-    kafka_source.register(spark)
+    kafka_ranges.register(spark)
     pipelines.warm_up(spark, work / "warm-up")  # as the node does before its first task
     with TreeSampler(os.getpid()) as sampler:
         formats = {fmt: FormatProfile(spark, sampler, fmt, sorted(str(root / fmt / n) for n in os.listdir(root / fmt))

@@ -102,10 +102,11 @@ def run_pyspark(bootstrap: str, topic: str, ends: dict[int, int], out_dir: Path)
     began = time.monotonic()
     from pyspark.sql import functions as F
 
-    from sluice.task import kafka_source, spark_session
+    from sluice.stream import kafka_ranges
+    from sluice.task import spark_session
 
     spark = spark_session.get_or_create(app_name="bench-pyspark")
-    kafka_source.register(spark)
+    kafka_ranges.register(spark)
     startup_s = time.monotonic() - began
     dimensions = ["channel", "cityName", "countryIsoCode", "countryName", "namespace", "page", "user",
                   "isAnonymous", "isMinor", "isNew", "isRobot"]

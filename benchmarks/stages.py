@@ -45,7 +45,7 @@ from ingest import consume_python
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
-from sluice.task.kafka_source import KafkaRangeDataSource
+from sluice.stream.kafka_ranges import KafkaRangeDataSource
 
 TOPIC = "wikipedia"
 PARTITIONS = 4

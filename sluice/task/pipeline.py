@@ -23,7 +23,7 @@ from sluice.connectors.records import ERROR, LOCATOR
 from sluice.spec.expressions import quote_identifier
 from sluice.spec.granularity import Granularity
 from sluice.task.ingest_plan import TIME, IngestPlan, IntervalsWindow, MessageWindow
-from sluice.task.kafka_source import KEY_ERROR, MESSAGE, METADATA_PREFIX
+from sluice.stream.kafka_ranges import KEY_ERROR, MESSAGE, METADATA_PREFIX
 from sluice.task.stats import RowStats
 
 if TYPE_CHECKING:
@@ -222,7 +222,7 @@ class IngestPipeline(RowPipeline):
     epoch per persist, over one DataFrame; then merges.
 
     JSON values go to Spark as bytes and are parsed by `from_json`; any other format is parsed by the source's
-    readers in the executors (kafka_source's shapes)."""
+    readers in the executors (kafka_ranges' shapes)."""
 
     def __init__(self, spark: SparkSession, plan: IngestPlan, stream: ConnectorRead,
                  window: MessageWindow = MessageWindow()):
@@ -322,7 +322,7 @@ def _json_parse(plan: IngestPlan) -> list[Column]:
 
 
 def _blended_json_fields(raw: DataFrame, plan: IngestPlan) -> DataFrame:
-    """A kafka inputFormat's JSON values (kafka_source): parsed as plain JSON values are, then each field the
+    """A kafka inputFormat's JSON values (kafka_ranges): parsed as plain JSON values are, then each field the
     metadata supplies (`kafka:<field>`) fills in where the payload has no value. A tombstone (no value) is a row
     of the metadata; a key that did not parse makes the record unparseable, its sample the key's error."""
     metadata = {c[len(METADATA_PREFIX):]: c for c in raw.columns if c.startswith(METADATA_PREFIX)}

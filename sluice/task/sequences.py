@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Mapping, Sequence
 
-from sluice.task.offsets import END_OF_STREAM
+from sluice.stream.offsets import END_OF_STREAM
 
 
 @dataclass(frozen=True)

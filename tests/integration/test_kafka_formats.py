@@ -422,7 +422,7 @@ def decode(input_format: dict[str, Any], fields: list[str], messages: list[FakeM
     from pydantic import TypeAdapter
 
     from sluice.spec.supervisor import StreamFormat
-    from sluice.task.kafka_source import MessageDecoder
+    from sluice.stream.kafka_ranges import MessageDecoder
 
     decoder = MessageDecoder(TypeAdapter(StreamFormat).validate_python(input_format), fields)
     return decoder(3, messages).to_pylist()

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from sluice.dev.sample_data import SampleRecord, generate, produce
 from sluice.dev.tansu import DevKafkaBroker
-from sluice.task.kafka_source import SCHEMA, register
+from sluice.stream.kafka_ranges import SCHEMA, register
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

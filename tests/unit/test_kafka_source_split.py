@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice.task.kafka_source import SCHEMA, KafkaRangeDataSource, OffsetRange, parse_ranges, split_ranges
+from sluice.stream.kafka_ranges import SCHEMA, KafkaRangeDataSource, OffsetRange, parse_ranges, split_ranges
 
 
 def test_one_split_per_partition_without_limit() -> None:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from sluice.task.offsets import END_OF_STREAM, is_finished, next_ranges
+from sluice.stream.offsets import END_OF_STREAM, is_finished, next_ranges
 
 
 @pytest.mark.parametrize("current, latest, end, cap, expected", [

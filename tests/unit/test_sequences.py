@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from sluice.task import sequences
-from sluice.task.offsets import END_OF_STREAM
+from sluice.stream.offsets import END_OF_STREAM
 from sluice.task.sequences import HandoffLimits, SequenceMetadata, checkpoint_reason, initial_sequences
 
 BASE = "index_kafka_wiki_abc"

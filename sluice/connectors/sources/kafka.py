@@ -20,7 +20,7 @@ from sluice.connectors.records import json_records_schema
 from sluice.spec.input_format import LINE_FORMATS
 from sluice.spec.input_source import KafkaInputSource
 from sluice.stream.kafka import KafkaStream
-from sluice.task.kafka_source import OffsetRange, read_offset_range, split_ranges
+from sluice.stream.kafka_ranges import OffsetRange, read_offset_range, split_ranges
 
 if TYPE_CHECKING:
     from sluice.connectors.formats.base import RecordParser

@@ -21,9 +21,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sluice.connectors.api import Boundedness, CoordinatorContext, ReaderContext, Source, SourceReader, SplitCoordinator
+from pyspark.sql.pandas.types import to_arrow_schema
+
 from sluice.connectors.base import SplitReader
 from sluice.connectors.sources.kafka import KafkaSplit
-from sluice.task.offsets import next_ranges
+from sluice.stream.kafka_ranges import SCHEMA, MessageDecoder, OffsetRange, read_offset_range
+from sluice.stream.offsets import next_ranges
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -48,7 +51,7 @@ class Discovery:
 
 class KafkaStreamSource(Source[KafkaSplit, dict[int, int]]):
     """`partitions` of `topic` from `start_offsets` on. The records are what the `sluice_kafka` data source reads
-    (kafka_source's shapes: JSON values as bytes, any other `input_format` parsed into `fields` by the reader).
+    (kafka_ranges' shapes: JSON values as bytes, any other `input_format` parsed into `fields` by the reader).
 
     `stream_factory` opens the driver's view of the stream for discovery; it stays on the driver (the executors
     get the source without it)."""
@@ -56,10 +59,6 @@ class KafkaStreamSource(Source[KafkaSplit, dict[int, int]]):
     def __init__(self, topic: str, consumer_properties: dict[str, Any], start_offsets: dict[int, int],
                  stream_factory: Callable[[], KafkaStream], input_format: Any = None, fields: Sequence[str] = (),
                  discovery_interval: float = 0.5) -> None:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        from sluice.task.kafka_source import SCHEMA, MessageDecoder
-
         self.topic = topic
         self.consumer_properties = dict(consumer_properties)
         self.partitions = sorted(start_offsets)
@@ -89,8 +88,6 @@ class KafkaStreamSource(Source[KafkaSplit, dict[int, int]]):
         return SplitReader(self, context)
 
     def read_split(self, split: KafkaSplit) -> Iterator[pa.RecordBatch]:
-        from sluice.task.kafka_source import OffsetRange, read_offset_range
-
         return read_offset_range(split.topic, self.consumer_properties,
                                  OffsetRange(split.partition, split.start, split.end), decode=self.decoder)
 
