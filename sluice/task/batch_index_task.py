@@ -20,6 +20,9 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -179,7 +182,9 @@ class BatchIndexTask:
         shutil.rmtree(work, ignore_errors=True)
         granularity = schema.granularity_spec.segment_granularity
         intervals = [Interval(*i) for i in schema.granularity_spec.parsed_intervals()]
-        locked = self._lock_up_front(intervals, granularity) if intervals and io.mode is not IngestionMode.APPEND else {}
+        with self._phase("locking the intervals"):
+            locked = (self._lock_up_front(intervals, granularity) if intervals and io.mode is not IngestionMode.APPEND
+                      else {})
 
         plan = _plan(self.spec.payload)
         source = create_source(io.input_source, io.input_format, plan.fields, tuning.split_hint_spec,
@@ -190,7 +195,8 @@ class BatchIndexTask:
         self.state = "BUILD_SEGMENTS"
         spec = tuning.effective_partitions_spec
         dynamic = isinstance(spec, DynamicPartitionsSpec)
-        with ConnectorRead(spark, source, tuning.max_num_concurrent_sub_tasks) as read:
+        with self._phase("reading and writing the rows"), \
+                ConnectorRead(spark, source, tuning.max_num_concurrent_sub_tasks) as read:
             self._read = read
             try:
                 if dynamic:  # one job writes the segments
@@ -210,14 +216,17 @@ class BatchIndexTask:
             from sluice.task import partitioning
 
             dimensions = [d.name for d in schema.dimensions_spec.dimensions]
-            rows = partitioning.shard_rows(pipeline.merged_rows([work / "persist"], granularity), spec, dimensions)
-            sharded = partitioning.write_shards(rows, work / "merged")
-            shards = partitioning.shard_specs(sharded, spec, dimensions)
+            with self._phase("partitioning the rows"):
+                rows = partitioning.shard_rows(pipeline.merged_rows([work / "persist"], granularity), spec, dimensions)
+                sharded = partitioning.write_shards(rows, work / "merged")
+                shards = partitioning.shard_specs(sharded, spec, dimensions)
             files = [(f.bucket_start_millis, f.path, f.num_rows, shards[f.path]) for f in sharded]
         self._check_stopped()
-        segments = self._segments(files, granularity, io.mode, locked, plan, intervals, work)
+        with self._phase("pushing the segments"):
+            segments = self._segments(files, granularity, io.mode, locked, plan, intervals, work)
         self._check_stopped()
-        result_ = actions.publish_segments(self.toolbox.actions, schema.data_source, segments)
+        with self._phase("publishing"):
+            result_ = actions.publish_segments(self.toolbox.actions, schema.data_source, segments)
         if not result_.success:
             raise TaskFailure(result_.message or "publishing the segments failed")
         self.segments = segments
@@ -226,6 +235,13 @@ class BatchIndexTask:
         emitter.metric(metrics.SEGMENT_ADDED_BYTES, sum(s.size for s in segments), **dims)
         log.info("task %s published %d segments (%d rows)", self.spec.id, len(segments),
                  sum(s.num_rows for s in segments))
+
+    @contextmanager
+    def _phase(self, what: str) -> Iterator[None]:
+        """Logs how long a phase of the task took: where a slow task's time went."""
+        began = time.monotonic()
+        yield
+        log.info("task %s: %s took %.2f s", self.spec.id, what, time.monotonic() - began)
 
     def _druid_source(self, spec: Any, fields: Any) -> Any:
         from sluice.connectors.sources.druid import DruidSource
