@@ -244,6 +244,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             # the alternative is only worth its figure if it parses exactly as from_json does
             parse_in_worker_differs = parsed_in_worker().exceptAll(parsed_in_jvm()).count() + parsed_in_jvm().exceptAll(
                 parsed_in_worker()).count()
+            reads.close()  # the read ends before its Spark does
             spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)  # the broker's log and a persist of every offset, twice

@@ -187,12 +187,11 @@ class ConnectorDataSource(DataSource):
 class ConnectorRead:
     """One read of a source by Spark: the coordinator served for as long as the read lives."""
 
-    def __init__(self, spark: SparkSession, source: Source[Any, Any], parallelism: int, bind: str | None = None,
-                 restored: Any = None) -> None:
+    def __init__(self, spark: SparkSession, source: Source[Any, Any], parallelism: int, bind: str | None = None) -> None:
         self.spark = spark
         self.source = source
         self.parallelism = parallelism
-        self.host: CoordinatorHost[Any, Any] = CoordinatorHost(source, parallelism, restored)
+        self.host: CoordinatorHost[Any, Any] = CoordinatorHost(source, parallelism)
         self._epoch = 0
         address = bind or spark.conf.get("spark.driver.host", "127.0.0.1") or "127.0.0.1"
         self._server = _CoordinatorServer(self.host, address)
@@ -213,6 +212,8 @@ class ConnectorRead:
         self._server.shutdown()
         self._server.server_close()
         self.host.close()
+        if self._epoch:  # a later read's jobs in this thread are not epochs of this one
+            self.spark.sparkContext.setLocalProperty(EPOCH, None)
 
     def dataframe(self) -> DataFrame:
         return (self.spark.read.format(SOURCE_NAME)

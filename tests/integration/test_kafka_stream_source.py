@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 
 from sluice.connectors.sources.kafka import KafkaSplit
 from sluice.connectors.sources.kafka_stream import KafkaStreamSource
-from sluice.connectors.spark import ConnectorRead
+from sluice.connectors.spark import EPOCH, ConnectorRead
 from sluice.dev.sample_data import generate, produce
 from sluice.stream.kafka import KafkaStream
 
@@ -64,3 +64,4 @@ def test_epochs_read_their_ranges_exactly_once_through_a_failed_reader(spark: Sp
         assert read_again == Counter({(p, o): 1 for p, (lo, hi) in ranges.items() for o in range(lo, hi)})
         read.checkpoint_complete(last)
         assert read.host.checkpoint(last) == ends
+    assert spark.sparkContext.getLocalProperty(EPOCH) is None  # a later read in this thread is not an epoch of it
