@@ -513,7 +513,7 @@ class FormatProfile:
         """The batch task's one job over `records` (dynamic partitioning, DAY segments), its row counts."""
         from sluice.spec.granularity import parse_granularity
 
-        return self.pipeline.write_segments(records, parse_granularity("DAY"), 5_000_000, segments_dir, 2)[0].stats
+        return self.pipeline.write_segments(records, parse_granularity("DAY"), 5_000_000, segments_dir)[0].stats
 
     def _builtin(self) -> Any:
         return builtin_records(self.spark, self.fmt, self.paths, self.plan.fields)

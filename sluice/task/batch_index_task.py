@@ -200,10 +200,8 @@ class BatchIndexTask:
             self._read = read
             try:
                 if dynamic:  # one job writes the segments
-                    # a reader with splits is one of Druid's subtasks: each writes its own segments
-                    writers = max(len(read.host.checkpoint(0).pending), 1)
                     result, written = pipeline.write_segments(read.dataframe(), granularity,
-                                                              spec.max_rows_per_segment, work / "merged", writers)
+                                                              spec.max_rows_per_segment, work / "merged")
                 else:  # rows are written as read, and rolled up as they are partitioned, in one shuffle
                     result = pipeline.persist(read.dataframe(), work / "persist", rollup=False)
                 read.checkpoint_complete()

@@ -410,14 +410,14 @@ def test_persists_not_rolled_up_merge_into_the_same_segments(spark, two_persists
     assert merged([raw[0], dirs[1]], "mixed") == merged(dirs, "from-rolled-up-again")
 
 
-@pytest.mark.parametrize(("max_rows", "writers"), [(100, 1), (100, 2), (1, 2)])
+@pytest.mark.parametrize("max_rows", [100, 1])
 def test_a_batch_tasks_single_job_writes_the_rows_the_merge_of_its_persists_would(spark, two_persists, tmp_path,
-                                                                                  max_rows, writers):
+                                                                                  max_rows):
     """Segment for segment the files may differ (each writer writes its own, as Druid's subtasks do); the rows of
     each time chunk may not."""
     p, dirs, (first, second) = two_persists
     result, files = p.write_segments(records(spark, FIRST + SECOND), parse_granularity("HOUR"), max_rows,
-                                     tmp_path / "segments", writers)
+                                     tmp_path / "segments")
     assert result.stats == first.stats + second.stats
     assert result.parse_error_sample is not None and "unparseable" in result.parse_error_sample
     merged = p.merge(dirs, parse_granularity("HOUR"), max_rows, tmp_path / "merged")
@@ -427,9 +427,6 @@ def test_a_batch_tasks_single_job_writes_the_rows_the_merge_of_its_persists_woul
 
     assert chunk_rows(files) == chunk_rows(merged)
     assert all(f.num_rows <= max_rows for f in files)
-    if max_rows > len(FIRST + SECOND):  # no file cut at maxRowsPerSegment: a chunk has a file per writer at most
-        assert max(Counter(f.bucket_start_millis for f in files).values()) <= writers
-        assert writers > 1 or len(files) == len(merged)
 
     def rows(segment_files: list) -> list[dict]:
         return table(spark.read.parquet(*(str(f.path) for f in segment_files)))
