@@ -133,10 +133,9 @@ class RowPipeline:
                        staging_dir: Path) -> tuple[PersistResult, list[SegmentFile]]:
         """A batch task's one job (dynamic partitioning): read, parse, roll up and write the segment files at once,
         where a streaming task persists many reads and merges them at publish. The rollup is a `groupBy` with a
-        partial aggregation before its shuffle, as a hand-written job's. Each Spark task then writes the buckets it
-        holds, as each of Druid's subtasks writes its own segments with dynamic partitioning: a time chunk gets a
-        file per writer that has rows of it, more where one would exceed maxRowsPerSegment. Shuffling the rows
-        again by bucket, for one file per chunk, cost a tenth of the job (benchmarks/batch.py, local CSV)."""
+        partial aggregation before its shuffle, as a hand-written job's; its (fewer) rows are then shuffled by
+        bucket, so each bucket is written by one Spark task into the files the merge would write: one per bucket,
+        more where one would exceed maxRowsPerSegment."""
         rows, observation = self._observed(raw, count_keys=False)
         c = self._persist_columns()
         kept = rows.where(c.kept).withColumn(TIME, c.granular_time).withColumn(
@@ -145,7 +144,7 @@ class RowPipeline:
             kept = kept.groupBy("__bucket", *c.keys).agg(*c.aggregations)
         else:
             kept = kept.select("__bucket", *c.keys, *c.metric_values)
-        _write_buckets(kept, max_rows_per_segment, staging_dir)
+        _write_buckets(kept.repartition("__bucket"), max_rows_per_segment, staging_dir)
         return _persist_result(observation), _segment_files(staging_dir)
 
     def _observed(self, raw: DataFrame, count_keys: bool) -> tuple[DataFrame, Observation]:
