@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sluice.connectors.api import Boundedness, CoordinatorContext, ReaderContext, Source, SourceReader, SplitCoordinator
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from sluice.connectors.api import Boundedness, CoordinatorContext, ReaderContext, Source, SourceReader, SplitCoordinator
 from sluice.connectors.base import SplitReader
 from sluice.connectors.sources.kafka import KafkaSplit
 from sluice.stream.kafka_ranges import SCHEMA, MessageDecoder, OffsetRange, read_offset_range
@@ -164,7 +164,8 @@ class KafkaStreamCoordinator(SplitCoordinator[KafkaSplit, dict[int, int]]):
 
     def _on_discovered(self, discovery: Discovery | None, error: BaseException | None) -> None:
         if discovery is None:
-            log.warning("topic %r: discovery failed: %s", self._source.topic, error)
+            if self._discovery_error is None:  # once per outage, not every discovery interval
+                log.warning("topic %r: discovery failed: %s", self._source.topic, error)
             self._discovery_error = error
             return
         self._discovered, self._discovered_at, self._discovery_error = discovery, time.monotonic(), None
