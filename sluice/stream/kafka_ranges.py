@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,
@@ -224,7 +224,21 @@ def _to_batch(arrow_schema: pa.Schema, partition: int, records: list[Any]) -> pa
     )
 
 
-def _format_options(options: Mapping[str, str]) -> tuple[Any, list[str]]:
+def required_option(options: Mapping[str, str], name: str) -> str:
+    value = options.get(name)
+    if not value:
+        raise ValueError(f'data source {SOURCE_NAME!r} needs option "{name}"')
+    return value
+
+
+def consumer_properties_option(options: Mapping[str, str]) -> dict[str, Any]:
+    properties = json.loads(required_option(options, "consumerProperties"))
+    if not isinstance(properties, dict):
+        raise ValueError('option "consumerProperties" must be a JSON object')
+    return properties
+
+
+def format_options(options: Mapping[str, str]) -> tuple[Any, list[str]]:
     """The ``inputFormat`` and ``fields`` options; (None, []) for JSON values read as they are."""
     text = options.get("inputFormat")
     if not text:
@@ -374,22 +388,14 @@ class _KafkaRangeReader(DataSourceReader):
     """Parses the options once on the driver; instances are pickled to the executors."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
-        def required(name: str) -> str:
-            value = options.get(name)
-            if not value:
-                raise ValueError(f'data source {SOURCE_NAME!r} needs option "{name}"')
-            return value
-
-        self.topic = required("topic")
-        self.consumer_properties: dict[str, Any] = json.loads(required("consumerProperties"))
-        if not isinstance(self.consumer_properties, dict):
-            raise ValueError('option "consumerProperties" must be a JSON object')
-        self.ranges = parse_ranges(required("ranges"))
+        self.topic = required_option(options, "topic")
+        self.consumer_properties = consumer_properties_option(options)
+        self.ranges = parse_ranges(required_option(options, "ranges"))
         max_records = options.get("maxRecordsPerSplit")
         self.max_records = int(max_records) if max_records else None
         read_timeout_ms = options.get("readTimeoutMs")
         self.read_timeout = int(read_timeout_ms) / 1000 if read_timeout_ms else DEFAULT_READ_TIMEOUT_S
-        input_format, fields = _format_options(options)
+        input_format, fields = format_options(options)
         self.decoder = None if input_format is None else MessageDecoder(input_format, fields)
 
     def partitions(self) -> list[InputPartition]:
@@ -411,13 +417,18 @@ class KafkaRangeDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> StructType:
-        input_format, fields = _format_options(self.options)
+        input_format, fields = format_options(self.options)
         return SCHEMA if input_format is None else source_schema(input_format, fields)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return _KafkaRangeReader(self.options)
 
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from sluice.stream.kafka_micro_batch import KafkaMicroBatchReader
+
+        return KafkaMicroBatchReader(self.options)
+
 
 def register(spark: SparkSession) -> None:
-    """Make ``spark.read.format("sluice_kafka")`` available in this session."""
+    """Make ``spark.read.format("sluice_kafka")`` (and ``spark.readStream``) available in this session."""
     spark.dataSource.register(KafkaRangeDataSource)

@@ -1,0 +1,188 @@
+"""Starting, watching and stopping a stream job's Spark query.
+
+A job's checkpoint (Kafka offsets, Spark's offset and commit logs, RocksDB state) lives in one directory,
+next to the job's fingerprint. Restarting on the same directory resumes where the last committed batch
+ended, with the state it left; a job whose operators changed is refused there, unless it is reset (the
+checkpoint deleted, the job starting over), because old state would not fit the new operators.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+
+from sluice.stream.compiler import INPUT_METRICS, SAMPLES, compile_job
+from sluice.stream.sinks import BatchWriter, batch_writer
+from sluice.stream.topology import StreamJob, StreamJobError, fingerprint, validate
+
+__all__ = ["JobStatus", "RunningJob", "start_job"]
+
+#: the job's fingerprint beside its checkpoint
+FINGERPRINT_FILE = "sluice-job.json"
+#: Spark's RocksDB state store, which checkpoints changelogs instead of whole snapshots every batch; event time
+#: is the latest of all inputs' (a join's two sides), as Kafka Streams' stream time is
+STREAMING_CONF = {
+    "spark.sql.streaming.stateStore.providerClass":
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    "spark.sql.streaming.multipleWatermarkPolicy": "max",
+}
+
+
+@dataclass
+class JobStatus:
+    """What a job's task report and status line show, summed over the batches of this run."""
+
+    batches: int = 0
+    last_batch_id: int | None = None
+    processed: int = 0
+    unparseable: int = 0
+    thrown_away: int = 0
+    late_dropped: int = 0
+    input_rows_per_second: float = 0.0
+    state_rows: int = 0
+    state_bytes: int = 0
+    watermark: str | None = None
+    last_batch_ms: int = 0
+    #: when the last counted batch started (ISO-8601, as Spark reports it)
+    timestamp: str = ""
+    #: the latest parse-exception messages, as Druid's task reports sample them
+    parse_exceptions: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def to_report(self) -> dict[str, Any]:
+        return {
+            "batches": self.batches, "lastBatchId": self.last_batch_id, "processed": self.processed,
+            "unparseable": self.unparseable, "thrownAway": self.thrown_away, "lateRecordsDropped": self.late_dropped,
+            "inputRowsPerSecond": round(self.input_rows_per_second, 1), "stateRows": self.state_rows,
+            "stateBytes": self.state_bytes, "watermark": self.watermark, "lastBatchMs": self.last_batch_ms,
+            "parseExceptionMessages": list(self.parse_exceptions),
+        }
+
+
+class _ProgressListener(StreamingQueryListener):
+    """Sums the progress of one query; Spark calls it on the driver after every batch."""
+
+    def __init__(self, status: JobStatus) -> None:
+        self.status = status
+        self.query_id: str | None = None
+        self.lock = threading.Lock()
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = event.progress
+        if str(progress.id) != self.query_id:
+            return
+        with self.lock:
+            status = self.status
+            status.batches += 1
+            status.last_batch_id = progress.batchId
+            status.timestamp = progress.timestamp
+            status.input_rows_per_second = progress.inputRowsPerSecond or 0.0
+            status.last_batch_ms = (progress.durationMs or {}).get("triggerExecution", 0)
+            status.watermark = (progress.eventTime or {}).get("watermark", status.watermark)
+            operators = progress.stateOperators or []
+            status.state_rows = sum(op.numRowsTotal for op in operators)
+            status.state_bytes = sum(op.memoryUsedBytes for op in operators)
+            status.late_dropped += sum(op.numRowsDroppedByWatermark for op in operators)
+            for name, row in (progress.observedMetrics or {}).items():
+                if name.startswith(INPUT_METRICS):
+                    status.processed += row["processed"]
+                    status.unparseable += row["unparseable"]
+                    status.thrown_away += row["thrownAway"]
+                    status.parse_exceptions = (status.parse_exceptions + list(row["samples"]))[-SAMPLES:]
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        if str(event.id) == self.query_id and event.exception:
+            with self.lock:
+                self.status.errors.append(event.exception)
+
+
+class RunningJob:
+    """A started job: its query, and the status its listener keeps."""
+
+    def __init__(self, spark: SparkSession, job: StreamJob, query: StreamingQuery, listener: _ProgressListener) -> None:
+        self.job = job
+        self.query = query
+        self._spark = spark
+        self._listener = listener
+
+    def status(self) -> JobStatus:
+        with self._listener.lock:
+            status = self._listener.status
+            return replace(status, errors=list(status.errors), parse_exceptions=list(status.parse_exceptions))
+
+    def process_all_available(self) -> None:
+        """Block until every record in Kafka when called has gone through (and its windows, as far as the
+        watermark lets them, have been written), and the status has counted it."""
+        self.query.processAllAvailable()
+        last = self.query.lastProgress
+        if last is not None:  # Spark's listener bus is asynchronous: wait for it to deliver the last batch
+            deadline = time.monotonic() + 10
+            while self.status().timestamp < last["timestamp"] and time.monotonic() < deadline:
+                time.sleep(0.01)
+
+    def stop(self) -> None:
+        self.query.stop()
+        self._spark.streams.removeListener(self._listener)
+
+    def exception(self) -> str | None:
+        error = self.query.exception()
+        return None if error is None else str(error)
+
+
+def start_job(spark: SparkSession, job: StreamJob, checkpoint_dir: Path, *, writer: BatchWriter | None = None,
+              reset: bool = False, trigger_interval: str | None = None) -> RunningJob:
+    """Validate ``job``, check its checkpoint and start its query; ``writer`` overrides the sink's own writer
+    (the data-source sink, which needs a node)."""
+    validate(job)
+    _claim_checkpoint(job, checkpoint_dir, reset)
+    for key, value in STREAMING_CONF.items():
+        spark.conf.set(key, value)
+    compiled = compile_job(spark, job)
+    status = JobStatus()
+    listener = _ProgressListener(status)
+    spark.streams.addListener(listener)
+    stream = (compiled.rows.writeStream.queryName(job.job_id).outputMode(compiled.output_mode)
+              .option("checkpointLocation", str(checkpoint_dir / "spark"))
+              .foreachBatch(writer or batch_writer(job.sink)))
+    if trigger_interval is not None:
+        stream = stream.trigger(processingTime=trigger_interval)
+    try:
+        query = stream.start()
+    except Exception:
+        spark.streams.removeListener(listener)
+        raise
+    listener.query_id = str(query.id)
+    return RunningJob(spark, job, query, listener)
+
+
+def _claim_checkpoint(job: StreamJob, checkpoint_dir: Path, reset: bool) -> None:
+    if reset:
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    stored = checkpoint_dir / FINGERPRINT_FILE
+    current = fingerprint(job)
+    if stored.exists():
+        previous = json.loads(stored.read_text())
+        if previous != current:
+            raise StreamJobError(
+                "job", f"{job.job_id!r} changed since its checkpoint in {checkpoint_dir} was written (before: "
+                       f"{json.dumps(previous, sort_keys=True)}; now: {json.dumps(current, sort_keys=True)}); its "
+                       "state would not fit the new operators. Reset the job to start over from the source's "
+                       "earliest (or latest) offsets with empty state")
+    else:
+        stored.write_text(json.dumps(current, sort_keys=True))

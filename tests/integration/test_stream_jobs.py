@@ -1,0 +1,251 @@
+"""Stream jobs on Spark Structured Streaming and a real broker: RocketMQ Streams' example programs and Kafka
+Streams' documented tables, records in and rows out, exactly.
+
+Spark advances event time (the watermark) between micro-batches, not between records, so each test feeds the
+job in steps and lets it process each step before the next (``process_all_available``), as the documented
+examples feed records one at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from pyspark.sql import SparkSession
+
+from sluice.dev.tansu import DevKafkaBroker
+from sluice.stream.builder import RStream, StreamBuilder, hopping, session, tumbling
+from sluice.stream.runner import RunningJob, start_job
+from sluice.stream.topology import StreamJob
+
+pytestmark = pytest.mark.spark
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def at(seconds: float) -> str:
+    return (EPOCH + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
+
+
+class Feed:
+    """Sends records one by one, each flushed alone (the dev broker reports exact offsets only then)."""
+
+    def __init__(self, broker: DevKafkaBroker, topic: str, partitions: int = 1) -> None:
+        broker.create_topic(topic, partitions)
+        self.topic = topic
+        self.producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0,
+                                  "logger": logging.getLogger("feed")})  # not stderr, once the broker is gone
+
+    def send(self, *values: dict[str, Any] | None, key: str | None = None) -> None:
+        for value in values:
+            self.producer.produce(self.topic, value=None if value is None else json.dumps(value).encode(),
+                                  key=None if key is None else key.encode())
+            self.producer.flush(10)
+
+
+class Collected:
+    """A job's output, batch by batch."""
+
+    def __init__(self) -> None:
+        self.batches: dict[int, list[dict[str, Any]]] = {}
+
+    def __call__(self, rows: list[dict[str, Any]], batch_id: int) -> None:
+        self.batches[batch_id] = rows  # a replayed batch replaces its first run
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [row for batch_id in sorted(self.batches) for row in self.batches[batch_id]]
+
+    def take(self) -> list[dict[str, Any]]:
+        rows = self.rows()
+        self.batches.clear()
+        return rows
+
+
+@pytest.fixture
+def run(spark: SparkSession, tmp_path: Path) -> Iterator[Any]:
+    started: list[RunningJob] = []
+
+    def start(job: StreamJob, **kwargs: Any) -> RunningJob:
+        running = start_job(spark, job, tmp_path / job.job_id, **kwargs)
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        running.stop()
+
+
+def source(builder: StreamBuilder, broker: DevKafkaBroker, topic: str, **columns: str) -> RStream:
+    return builder.source(topic, bootstrap_servers=broker.bootstrap_servers, columns={"ts": "string", **columns},
+                          timestamp=("ts", "iso"))
+
+
+def windows(rows: list[dict[str, Any]], *fields: str) -> set[tuple[Any, ...]]:
+    """(window start and end in seconds, then ``fields``) of each row."""
+    return {((r["window_start"].replace(tzinfo=UTC) - EPOCH).total_seconds(),
+             (r["window_end"].replace(tzinfo=UTC) - EPOCH).total_seconds(), *(r[f] for f in fields)) for r in rows}
+
+
+def test_word_count_emits_kafka_quickstarts_updates(spark: SparkSession, kafka_broker: DevKafkaBroker, run) -> None:
+    """RocketMQ Streams' WordCount and Kafka's quickstart: a running count per word, updated per input."""
+    feed = Feed(kafka_broker, "wc-lines")
+    out = Collected()
+    builder = StreamBuilder("word-count")
+    (builder.source("wc-lines", bootstrap_servers=kafka_broker.bootstrap_servers, columns={"line": "string"})
+     .flat_map(lambda row: ({"word": w} for w in row["line"].split()), schema={"word": "string"})
+     .key_by("word").count("count").foreach(out))
+    job = run(builder.build())
+    updates = []
+    for line in ("all streams lead to kafka", "hello kafka streams", "join kafka summit"):
+        feed.send({"line": line})
+        job.process_all_available()
+        updates.append({r["word"]: r["count"] for r in out.take()})
+    assert updates == [
+        {"all": 1, "streams": 1, "lead": 1, "to": 1, "kafka": 1},
+        {"hello": 1, "kafka": 2, "streams": 2},
+        {"join": 1, "kafka": 3, "summit": 1},
+    ]
+    assert job.status().processed == 3
+
+
+def test_tumbling_window_count_fires_once_per_window_and_drops_records_beyond_grace(
+        spark: SparkSession, kafka_broker: DevKafkaBroker, run) -> None:
+    feed = Feed(kafka_broker, "tw-clicks")
+    out = Collected()
+    builder = StreamBuilder("tumbling-count")
+    (source(builder, kafka_broker, "tw-clicks", page="string")
+     .key_by("page").window(tumbling("PT10S", lateness="PT5S")).count("cnt").foreach(out))
+    job = run(builder.build())
+
+    feed.send({"ts": at(1), "page": "a"}, {"ts": at(2), "page": "a"}, {"ts": at(3), "page": "b"},
+              {"ts": at(11), "page": "a"})
+    job.process_all_available()
+    assert out.take() == []  # stream time 11: [0, 10) stays open until 10 + 5
+
+    feed.send({"ts": at(4), "page": "a"}, {"ts": at(16), "page": "b"})  # 4 is out of order but within grace
+    job.process_all_available()
+    assert windows(out.take(), "page", "cnt") == {(0, 10, "a", 3), (0, 10, "b", 1)}
+
+    feed.send({"ts": at(5), "page": "a"}, {"ts": at(26), "page": "a"})  # [0, 10) closed at 15: 5 is dropped
+    job.process_all_available()
+    assert windows(out.take(), "page", "cnt") == {(10, 20, "a", 1), (10, 20, "b", 1)}
+    status = job.status()
+    assert (status.processed, status.late_dropped) == (8, 1)
+
+
+def test_hopping_window_puts_each_record_in_every_window_it_falls_in(
+        spark: SparkSession, kafka_broker: DevKafkaBroker, run) -> None:
+    """RocketMQ Streams' sliding window (5 s, every 2 s): t=7 falls in [6, 11) and [4, 9), t=6.5 also in [2, 7)."""
+    feed = Feed(kafka_broker, "hop-clicks")
+    out = Collected()
+    builder = StreamBuilder("hopping-count")
+    (source(builder, kafka_broker, "hop-clicks", page="string")
+     .key_by("page").window(hopping("PT5S", "PT2S")).count("cnt").foreach(out))
+    job = run(builder.build())
+    feed.send({"ts": at(6.5), "page": "a"}, {"ts": at(7), "page": "a"})
+    job.process_all_available()
+    feed.send({"ts": at(30), "page": "a"})
+    job.process_all_available()
+    assert windows(out.rows(), "cnt") == {(2, 7, 1), (4, 9, 2), (6, 11, 2)}
+
+
+def test_session_windows_merge_when_a_late_record_bridges_two(
+        spark: SparkSession, kafka_broker: DevKafkaBroker, run) -> None:
+    """Kafka Streams' session example (gap 5 min): green 0, 6 and blue 2 make three sessions; green 4 merges
+    green into [0, 6], blue 5 extends blue to [2, 5], blue 11 starts a new session."""
+    feed = Feed(kafka_broker, "session-clicks")
+    out = Collected()
+    builder = StreamBuilder("session-count")
+    (source(builder, kafka_broker, "session-clicks", user="string")
+     .key_by("user").window(session("PT5M", lateness="PT10M")).count("cnt").foreach(out))
+    job = run(builder.build())
+    minute = 60
+    feed.send({"ts": at(0), "user": "green"}, {"ts": at(6 * minute), "user": "green"},
+              {"ts": at(2 * minute), "user": "blue"})
+    job.process_all_available()
+    feed.send({"ts": at(4 * minute), "user": "green"}, {"ts": at(5 * minute), "user": "blue"},
+              {"ts": at(11 * minute), "user": "blue"})
+    job.process_all_available()
+    assert out.rows() == []  # nothing is final while a record may still merge sessions
+    feed.send({"ts": at(60 * minute), "user": "red"})
+    job.process_all_available()
+    assert windows(out.rows(), "user", "cnt") == {
+        (0, 6 * minute, "green", 3), (2 * minute, 5 * minute, "blue", 2), (11 * minute, 11 * minute, "blue", 1)}
+
+
+#: Kafka Streams' KStream-KStream join table (window 15 s, grace 5 s, one key): (ts, side, value); None is a
+#: record with a null value, which a join ignores
+JOIN_INPUT = [(1, "L", None), (2, "R", None), (3, "L", "A"), (4, "R", "a"), (5, "L", "B"), (6, "R", "b"),
+              (7, "L", None), (8, "R", None), (9, "L", "C"), (10, "R", "c"), (11, "R", None), (12, "L", None),
+              (13, "R", None), (14, "R", "d"), (15, "L", "D"), (40, "L", "E"), (60, "L", "F"), (80, "R", "f"),
+              (100, "L", "G")]
+INNER = {(left, right) for left in "ABCD" for right in "abcd"}
+
+
+@pytest.mark.parametrize(("how", "expected"), [
+    ("inner", INNER),
+    ("left", INNER | {("E", None), ("F", None)}),
+    ("outer", INNER | {("E", None), ("F", None), (None, "f")}),
+])
+def test_stream_stream_join_matches_kafka_streams_table(spark: SparkSession, kafka_broker: DevKafkaBroker, run,
+                                                        how: str, expected: set[tuple[Any, Any]]) -> None:
+    left_feed, right_feed = Feed(kafka_broker, f"join-{how}-left"), Feed(kafka_broker, f"join-{how}-right")
+    out = Collected()
+    builder = StreamBuilder(f"join-{how}")
+    left = source(builder, kafka_broker, f"join-{how}-left", k="string", v="string")
+    right = source(builder, kafka_broker, f"join-{how}-right", k="string", v="string")
+    left.join(right, on="k", within="PT15S", grace="PT5S", how=how).foreach(out)
+    job = run(builder.build())
+    steps = [JOIN_INPUT[:15], *([record] for record in JOIN_INPUT[15:])]
+    for step in steps:
+        for ts, side, value in step:
+            feed = left_feed if side == "L" else right_feed
+            feed.send(None if value is None else {"ts": at(ts), "k": "K", "v": value}, key="K")
+        job.process_all_available()
+    rows = out.rows()
+    assert sorted(((r["v"], r["right_v"]) for r in rows), key=str) == sorted(expected, key=str)
+    assert len(rows) == len(expected)
+    assert job.status().thrown_away == 7  # the null values
+
+
+def test_distinct_drops_repeats_within_the_bound(spark: SparkSession, kafka_broker: DevKafkaBroker, run) -> None:
+    feed = Feed(kafka_broker, "dedup-orders")
+    out = Collected()
+    builder = StreamBuilder("dedup")
+    source(builder, kafka_broker, "dedup-orders", order="string").distinct("order", within="PT1M").foreach(out)
+    job = run(builder.build())
+    feed.send({"ts": at(0), "order": "o1"}, {"ts": at(10), "order": "o1"}, {"ts": at(20), "order": "o2"})
+    job.process_all_available()
+    feed.send({"ts": at(30), "order": "o2"}, {"ts": at(40), "order": "o3"})
+    job.process_all_available()
+    assert sorted(r["order"] for r in out.rows()) == ["o1", "o2", "o3"]
+
+
+def test_bad_records_are_counted_and_sampled_and_the_job_goes_on(
+        spark: SparkSession, kafka_broker: DevKafkaBroker, run) -> None:
+    feed = Feed(kafka_broker, "bad-sales")
+    out = Collected()
+    builder = StreamBuilder("bad-input")
+    (source(builder, kafka_broker, "bad-sales", shop="string", price="double")
+     .filter("price > 0").key_by("shop").window(tumbling("PT10S")).sum("price", "revenue").foreach(out))
+    job = run(builder.build())
+    feed.producer.produce("bad-sales", value=b"{not json")
+    feed.send({"ts": "yesterday", "shop": "s1", "price": 1.0}, {"ts": at(1), "shop": "s1", "price": 2.5},
+              {"ts": at(2), "shop": "s1", "price": -1.0}, {"ts": at(3), "shop": "s1", "price": 4.0},
+              {"ts": at(30), "shop": "s2", "price": 1.0})
+    job.process_all_available()
+    feed.send({"ts": at(31), "shop": "s2", "price": 1.0})
+    job.process_all_available()
+    assert windows(out.rows(), "shop", "revenue") == {(0, 10, "s1", 6.5)}
+    status = job.status()
+    assert (status.processed, status.unparseable) == (7, 2)
+    assert status.parse_exceptions == [
+        "Unable to parse row [{not json]",
+        'Timestamp[yesterday] is unparseable! Event: {"ts": "yesterday", "shop": "s1", "price": 1.0}',
+    ]
