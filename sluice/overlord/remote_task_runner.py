@@ -131,9 +131,12 @@ class HttpRemoteTaskRunner(StatusListeners):
             self._post(assigned.worker, f"/task/{task_id}/shutdown")
 
     def report(self, task_id: str) -> dict[str, Any] | None:
-        """Live from the peon while the task runs, then the completion report the worker keeps."""
-        client = self.client(task_id)
-        if client is not None and (live := client.report()):
+        """Live from the peon while the task runs (any task's chat handler answers liveReports), then the completion
+        report the worker keeps."""
+        with self._lock:
+            assigned = self._running.get(task_id)
+        if assigned is not None and assigned.location is not None and \
+                (live := HttpTaskClient(assigned.spec, *assigned.location).report()):
             return live
         response = self._ask_ran_on(task_id, "reports")
         return response.json() if response is not None else None

@@ -1,4 +1,5 @@
-"""Druid's SupervisorManager: one running supervisor per data source, specs persisted with history."""
+"""Druid's SupervisorManager: one running supervisor per data source (or stream job), specs persisted with
+history."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from sluice.metadata.offsets import StreamOffsets
 from sluice.metadata.store import MetadataStore
 from sluice.overlord.supervisor.plan import SupervisorState
 from sluice.overlord.supervisor.state_manager import SupervisorStateManagerConfig
+from sluice.overlord.supervisor.stream_job_supervisor import StreamJobSupervisor
 from sluice.overlord.supervisor.stream_supervisor import StreamSupervisor
 from sluice.overlord.task_runner import TaskRunner
 from sluice.spec.supervisor import KafkaIOConfig, KafkaSupervisorSpec, parse_supervisor_spec
+from sluice.stream.job_spec import StreamJobSpec
 from sluice.stream.kafka import KafkaStream
 
 log = logging.getLogger(__name__)
@@ -33,7 +36,7 @@ class SupervisorManager:
         self._stream_factory = stream_factory
         self._emitter = emitter
         self._supervisor_config = supervisor_config
-        self._supervisors: dict[str, StreamSupervisor] = {}
+        self._supervisors: dict[str, StreamSupervisor | StreamJobSupervisor] = {}
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -50,7 +53,8 @@ class SupervisorManager:
         for supervisor in supervisors:
             supervisor.stop(graceful=False)
 
-    def create_or_update(self, spec: KafkaSupervisorSpec, skip_restart_if_unmodified: bool = False) -> None:
+    def create_or_update(self, spec: KafkaSupervisorSpec | StreamJobSpec, skip_restart_if_unmodified: bool = False
+                         ) -> None:
         """An update stops the old supervisor gracefully (its reading tasks end and publish); the new one
         takes over those publishing groups and starts reading exactly where they end."""
         with self._lock:
@@ -59,14 +63,19 @@ class SupervisorManager:
                 return
             self._supervisors.pop(spec.id, None)
         state = old.stop(graceful=True) if old is not None else None
-        if state is not None and old.spec.spec.io_config.topic != spec.spec.io_config.topic:
-            state = None  # offsets of another stream mean nothing here
+        if state is not None and (not isinstance(old, StreamSupervisor) or not isinstance(spec, KafkaSupervisorSpec)
+                                  or old.spec.spec.io_config.topic != spec.spec.io_config.topic):
+            state = None  # offsets of another stream (or a stream job's checkpoint) mean nothing here
         self._metadata.insert_supervisor(spec.id, spec.to_json())
         self._start(spec, state)
 
-    def _start(self, spec: KafkaSupervisorSpec, state: SupervisorState | None = None) -> None:
-        supervisor = StreamSupervisor(spec, self._runner, self._metadata, self._stream_factory, self._emitter,
-                                      self._supervisor_config, state=state)
+    def _start(self, spec: KafkaSupervisorSpec | StreamJobSpec, state: SupervisorState | None = None) -> None:
+        supervisor: StreamSupervisor | StreamJobSupervisor
+        if isinstance(spec, StreamJobSpec):
+            supervisor = StreamJobSupervisor(spec, self._runner)
+        else:
+            supervisor = StreamSupervisor(spec, self._runner, self._metadata, self._stream_factory, self._emitter,
+                                          self._supervisor_config, state=state)
         with self._lock:
             self._supervisors[spec.id] = supervisor
         supervisor.start()
@@ -104,7 +113,8 @@ class SupervisorManager:
     def checkpoint(self, spec_id: str, task_group_id: int, start: StreamOffsets) -> bool:
         """A task's checkpoint request (the checkPointDataSourceMetadata task action), for its supervisor."""
         supervisor = self.get(spec_id)
-        if supervisor is None or start.stream != supervisor.spec.spec.io_config.topic:
+        if supervisor is None or start.stream != supervisor.spec.spec.io_config.topic or \
+                isinstance(supervisor, StreamJobSupervisor):
             log.warning("checkpoint for supervisor %s refused: no such supervisor of stream %s", spec_id, start.stream)
             return False
         return supervisor.checkpoint(task_group_id, dict(start.offsets))
@@ -116,6 +126,6 @@ class SupervisorManager:
         with self._lock:
             return sorted(self._supervisors)
 
-    def get(self, spec_id: str) -> StreamSupervisor | None:
+    def get(self, spec_id: str) -> StreamSupervisor | StreamJobSupervisor | None:
         with self._lock:
             return self._supervisors.get(spec_id)

@@ -18,14 +18,14 @@ import httpx
 from sluice.realtime import CHAT_PREFIX
 from sluice.task.kafka_index_task import KafkaIndexTaskSpec, TaskState
 from sluice.task.meters import BUILD_SEGMENTS, ParseExceptionReport
-from sluice.task.task import TaskFailure
+from sluice.task.task import TaskFailure, TaskSpec
 from sluice.timestamps import parse_timestamp
 
 log = logging.getLogger(__name__)
 
 
 class HttpTaskClient:
-    def __init__(self, spec: KafkaIndexTaskSpec, host: str, port: int, retries: int = 4,
+    def __init__(self, spec: KafkaIndexTaskSpec | TaskSpec, host: str, port: int, retries: int = 4,
                  timeout: float = 10.0, pause_timeout: float = 30.0) -> None:
         self.spec = spec
         self._base = f"http://{host}:{port}{CHAT_PREFIX}/{spec.id}"

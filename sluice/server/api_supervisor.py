@@ -10,6 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from sluice.metadata.offsets import StreamOffsets
+from sluice.overlord.supervisor.stream_job_supervisor import StreamJobSupervisor
 from sluice.overlord.supervisor.stream_supervisor import StreamSupervisor
 from sluice.overlord.supervisor_manager import SupervisorConflict, SupervisorManager
 from sluice.server.json_body import read_json
@@ -24,7 +25,7 @@ def _missing(spec_id: str) -> JSONResponse:
     return _error(f"[{spec_id}] does not exist", 404)
 
 
-def _summary(supervisor: StreamSupervisor, **extra: Any) -> dict[str, Any]:
+def _summary(supervisor: StreamSupervisor | StreamJobSupervisor, **extra: Any) -> dict[str, Any]:
     state, detailed = supervisor.health()
     return {"id": supervisor.spec.id, "state": state, "detailedState": detailed, "healthy": supervisor.healthy,
             **extra, "suspended": supervisor.spec.suspended}
@@ -64,7 +65,8 @@ def supervisor_router(supervisors: SupervisorManager) -> APIRouter:
         if request.query_params.get("state") == "true":
             return [_summary(s) for s in listed]
         if "system" in request.query_params:
-            return [_summary(s, specString=json.dumps(s.spec.to_json()), type="kafka", source=s.spec.spec.io_config.topic)
+            return [_summary(s, specString=json.dumps(s.spec.to_json()), type=s.spec.type,
+                             source=s.spec.spec.io_config.topic)
                     for s in listed]
         return [s.spec.id for s in listed]
 
@@ -143,9 +145,9 @@ def supervisor_router(supervisors: SupervisorManager) -> APIRouter:
             return _missing(spec_id)
         try:
             offsets = _reset_partitions(await read_json(request), supervisor.spec.spec.io_config.topic)
-        except SpecError as error:
+            await run_in_threadpool(supervisor.reset_offsets, offsets)
+        except (SpecError, SupervisorConflict) as error:
             return _error(str(error), 400)
-        await run_in_threadpool(supervisor.reset_offsets, offsets)
         return {"id": spec_id}
 
     @router.post("/{spec_id}/taskGroups/handoff")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import codecs
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import (
     ConfigDict,
@@ -30,6 +30,9 @@ from sluice.spec.input_format import (
 from sluice.spec.legacy import from_legacy_parser
 from sluice.spec.model import SpecModel
 from sluice.spec.periods import format_period, parse_period
+
+if TYPE_CHECKING:
+    from sluice.stream.job_spec import StreamJobSpec
 
 MAX_INT = 2_147_483_647
 
@@ -358,12 +361,18 @@ class KafkaSupervisorSpec(SpecModel):
 _LEGACY_KEYS = ("dataSchema", "ioConfig", "tuningConfig")
 
 
-def parse_supervisor_spec(payload: Any) -> KafkaSupervisorSpec:
-    """Validate a submitted supervisor spec; raises SpecError naming the offending field path as the user wrote it."""
+def parse_supervisor_spec(payload: Any) -> KafkaSupervisorSpec | StreamJobSpec:
+    """Validate a submitted supervisor spec (a Kafka supervisor's, or a stream job's); raises SpecError naming the
+    offending field path as the user wrote it."""
     if not isinstance(payload, dict):
         raise SpecError("", "a supervisor spec must be a JSON object")
+    if payload.get("type") == "stream":
+        from sluice.stream.job_spec import parse_stream_job_spec  # it builds on this module's formats
+
+        return parse_stream_job_spec(payload)
     if payload.get("type") not in ("kafka", None):
-        raise SpecError("type", f"supervisor type {payload.get('type')!r} is not supported; Sluice runs 'kafka'")
+        raise SpecError("type", f"supervisor type {payload.get('type')!r} is not supported; Sluice runs 'kafka' "
+                                "and 'stream'")
     if "spec" in payload:
         # Druid's serialized form repeats the spec's parts at the top level; as in Druid, `spec` wins
         current = {k: v for k, v in payload.items() if k not in _LEGACY_KEYS}

@@ -231,6 +231,13 @@ def validate(job: StreamJob) -> None:
         for key in sink.key:
             if key not in fields_out:
                 raise StreamJobError("sink", f"key field {key!r} is not in the job's output {sorted(fields_out)}")
+    if isinstance(sink, DataSourceSink):
+        from sluice.spec.granularity import parse_granularity
+
+        try:
+            parse_granularity(sink.segment_granularity)
+        except ValueError as exc:
+            raise StreamJobError("sink", f"segmentGranularity: {exc}") from exc
     if isinstance(sink, DataSourceSink) and _emits_updates(job.pipeline):
         raise StreamJobError("sink", f"dataSource {sink.data_source!r} needs rows that are final when written: "
                                      "a window with emit 'final', or no aggregation (updates would be summed twice)")

@@ -274,6 +274,15 @@ def _bucket_millis(segment_granularity: Granularity) -> Column:
     return F.expr(f"unix_millis({segment_granularity.spark_sql(f'`{TIME}`')})")
 
 
+def write_segment_files(rows: DataFrame, segment_granularity: Granularity, max_rows_per_segment: int,
+                        staging_dir: Path) -> list[SegmentFile]:
+    """Rows already final (`__time`, dimensions, metrics) as segment files, one or more per bucket: a stream job's
+    micro-batch."""
+    rows = rows.withColumn("__bucket", _bucket_millis(segment_granularity)).repartition("__bucket")
+    _write_buckets(rows, max_rows_per_segment, staging_dir)
+    return _segment_files(staging_dir)
+
+
 def _write_buckets(rows: DataFrame, max_rows_per_segment: int, staging_dir: Path) -> None:
     """One directory per `__bucket`, files of at most maxRowsPerSegment rows sorted by time: the segments."""
     (rows.sortWithinPartitions("__bucket", TIME).write.mode("overwrite")

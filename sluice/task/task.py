@@ -218,6 +218,7 @@ TASK_MODULES = {
     "compact": "sluice.task.compact_task",
     "kill": "sluice.task.kill_task",
     "query_controller": "sluice.sql_ingest.task",
+    "stream_job": "sluice.task.stream_job_task",
 }
 
 

@@ -1,0 +1,156 @@
+"""The shipped stream job, `examples/stream-page-counts.json`, submitted as a supervisor: Kafka → Spark's windowed
+count on RocksDB → segments → Druid SQL, exactly once through suspend and resume and through `kill -9` of the
+whole node; and bad specs answered with 400 naming the field."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+
+from sluice.dev.sample_data import produce
+from sluice.metadata.store import MetadataStore
+from tests.integration.harness import wait_for
+from tests.integration.processes import SluiceProcess
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "stream-page-counts.json"
+SUPERVISOR = "/druid/indexer/v1/supervisor"
+START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+PAGES = ["home", "cart", "search", "help"]
+
+
+def example_spec(bootstrap: str, topic: str, data_source: str, **io: Any) -> dict[str, Any]:
+    """The shipped example as written, but for the broker's address (and a topic and data source of the test's)."""
+    text = EXAMPLE.read_text().replace("localhost:9092", bootstrap)
+    spec = json.loads(text)
+    spec["id"] = data_source
+    spec["spec"]["ioConfig"].update(topic=topic, **io)
+    spec["spec"]["sink"]["dataSource"] = data_source
+    return spec
+
+
+def clicks(n: int, first_second: int, last_second: int, seed: int) -> list[dict[str, str]]:
+    rng = random.Random(seed)
+    return [{"ts": (START + timedelta(seconds=rng.uniform(first_second, last_second))).isoformat()
+             .replace("+00:00", "Z"), "user": f"u{rng.randrange(50)}", "page": rng.choice(PAGES)} for _ in range(n)]
+
+
+def send(bootstrap: str, topic: str, events: list[dict[str, str]], partitions: int = 2) -> None:
+    """Round-robin over the partitions, each one's last record flushed alone (the dev broker then reports exact
+    end offsets)."""
+    produce(bootstrap, topic, [SimpleNamespace(value=json.dumps(e).encode()) for e in events], partitions)
+
+
+def closed_window_counts(events: list[dict[str, str]], lateness_s: int = 10) -> Counter:
+    """(window start, page) -> count for every 1-minute window the latest event has closed."""
+    stamps = [datetime.fromisoformat(e["ts"].replace("Z", "+00:00")) for e in events]
+    watermark = max(stamps) - timedelta(seconds=lateness_s)
+    counts: Counter = Counter()
+    for event, stamp in zip(events, stamps):
+        start = stamp.replace(second=0, microsecond=0)
+        if start + timedelta(minutes=1) <= watermark:
+            counts[(start.isoformat().replace("+00:00", ".000Z"), event["page"])] += 1
+    return counts
+
+
+def stored_counts(http: httpx.Client, data_source: str) -> Counter:
+    """What Druid SQL answers; nothing while the data source has no segment yet."""
+    response = http.post("/druid/v2/sql", json={
+        "query": f"SELECT __time, page, SUM(cnt) AS cnt FROM {data_source} GROUP BY 1, 2"})
+    rows = response.json() if response.status_code == 200 else []
+    return Counter({(r["__time"], r["page"]): r["cnt"] for r in rows})
+
+
+def test_page_counts_example_runs_as_a_supervisor_exactly_once_through_suspend_and_resume(node, http,
+                                                                                          kafka_broker) -> None:
+    kafka_broker.create_topic("clicks", 2)
+    events = clicks(3_000, 0, 300, seed=1) + clicks(1, 600, 600, seed=2)  # 5 minutes, then one at minute 10
+    send(kafka_broker.bootstrap_servers, "clicks", events)
+    spec = example_spec(kafka_broker.bootstrap_servers, "clicks", "page_counts")
+    response = http.post(SUPERVISOR, json=spec)
+    assert response.status_code == 200, response.text
+    assert response.json() == {"id": "page_counts"}
+
+    expected = closed_window_counts(events)
+    assert len(expected) == 5 * len(PAGES)
+    wait_for(lambda: stored_counts(http, "page_counts") == expected, 120, "the five closed minutes in SQL")
+    status = http.get(f"{SUPERVISOR}/page_counts/status").json()["payload"]
+    assert (status["state"], status["type"], status["stream"]) == ("RUNNING", "stream", "clicks")
+    wait_for(lambda: http.get(f"{SUPERVISOR}/page_counts/status").json()["payload"]["streamJob"].get("processed")
+             == len(events), 30, "the status to count every event")
+    assert "page_counts" in http.get(SUPERVISOR).json()
+
+    # suspended, the job's task stops; events arriving meanwhile are counted once it resumes, with the open
+    # window of minute 10 (its state kept in the checkpoint) counted whole
+    assert http.post(f"{SUPERVISOR}/page_counts/suspend").json()["suspended"] is True
+    wait_for(lambda: http.get(f"{SUPERVISOR}/page_counts/status").json()["payload"]["activeTasks"] == [], 60,
+             "the task to stop")
+    more = clicks(1_000, 600, 780, seed=3) + clicks(1, 1200, 1200, seed=4)
+    send(kafka_broker.bootstrap_servers, "clicks", more)
+    assert http.post(f"{SUPERVISOR}/page_counts/resume").json()["suspended"] is False
+    expected = closed_window_counts(events + more)
+    assert len(expected) == 8 * len(PAGES)
+    wait_for(lambda: stored_counts(http, "page_counts") == expected, 120, "minutes 10 to 12 in SQL")
+
+    history = http.get(f"{SUPERVISOR}/page_counts/history").json()
+    assert [entry["spec"]["suspended"] for entry in history] == [False, True, False]
+    assert http.post(f"{SUPERVISOR}/page_counts/terminate").status_code == 200
+    assert stored_counts(http, "page_counts") == expected
+
+
+@pytest.mark.parametrize(("change", "status", "error"), [
+    (lambda s: s["spec"]["operators"][0].update(fields=["pages"]), 400,
+     "spec.operators[0]: field 'pages': no such field"),
+    (lambda s: s["spec"]["operators"].insert(2, {"type": "distinct", "fields": ["user"]}), 400,
+     "spec.operators[2].within: Field required"),
+    (lambda s: s["spec"]["operators"].pop(0), 400, "spec.operators[0]: a window must follow key_by"),
+    (lambda s: s["spec"]["operators"][1].update(emit="update"), 400,
+     "spec.sink: dataSource 'page_counts_bad' needs rows that are final"),
+    (lambda s: s["spec"]["operators"].append({"type": "flatten"}), 400, "spec.operators[3]"),
+])
+def test_a_bad_stream_job_is_refused_naming_the_field(http, change, status: int, error: str) -> None:
+    spec = example_spec("127.0.0.1:1", "clicks-bad", "page_counts_bad")
+    change(spec)
+    response = http.post(SUPERVISOR, json=spec)
+    assert response.status_code == status
+    assert response.json()["error"].startswith(error), response.json()
+
+
+def test_kill_9_of_the_node_mid_stream_loses_and_repeats_no_window(kafka_broker, tmp_path: Path) -> None:
+    topic, ds = "clicks-kill9", "page_counts_kill9"
+    kafka_broker.create_topic(topic, 2)
+    events = clicks(20_000, 0, 1_800, seed=9)
+    events.sort(key=lambda e: e["ts"])  # in time order, so every batch closes windows and publishes
+    send(kafka_broker.bootstrap_servers, topic, events)
+    spec = example_spec(kafka_broker.bootstrap_servers, topic, ds, maxRecordsPerTrigger=1_000)
+    uri = f"sqlite:///{tmp_path / 'metadata.db'}"
+    metadata = MetadataStore(uri)
+
+    def committed_batches() -> int:
+        stored = metadata.get_stream_offsets(ds)
+        return stored.offsets.get(0, 0) if stored else 0
+
+    node = SluiceProcess("start", tmp_path, uri, "--spark-master", "local[2,4]").start(timeout=120)
+    try:
+        with node.client() as http:
+            assert http.post(SUPERVISOR, json=spec).status_code == 200
+            wait_for(lambda: committed_batches() >= 4, 180, "a few batches published")
+        node.kill()  # SIGKILL mid-stream: a batch may be half written, half published, or published but not
+        before = committed_batches()  # marked done in Spark's checkpoint
+        assert 4 <= before < 20
+
+        node = SluiceProcess("start", tmp_path, uri, "--spark-master", "local[2,4]").start(timeout=120)
+        with node.client() as http:
+            expected = closed_window_counts(events)
+            wait_for(lambda: stored_counts(http, ds) == expected, 240, "every closed window, once")
+            assert http.post(f"{SUPERVISOR}/{ds}/terminate").status_code == 200
+    finally:
+        node.stop()
+        metadata.close()
