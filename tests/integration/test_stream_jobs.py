@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 from pyspark.sql import SparkSession
 
 from sluice.dev.tansu import DevKafkaBroker
 from sluice.stream.builder import RStream, StreamBuilder, hopping, session, tumbling
 from sluice.stream.runner import RunningJob, start_job
-from sluice.stream.topology import StreamJob
+from sluice.stream.topology import StreamJob, StreamJobError
 
 pytestmark = pytest.mark.spark
 
@@ -249,3 +250,76 @@ def test_bad_records_are_counted_and_sampled_and_the_job_goes_on(
         "Unable to parse row [{not json]",
         'Timestamp[yesterday] is unparseable! Event: {"ts": "yesterday", "shop": "s1", "price": 1.0}',
     ]
+
+
+def test_kafka_sink_writes_each_window_keyed_to_deduplicate_on(spark: SparkSession, kafka_broker: DevKafkaBroker,
+                                                              run) -> None:
+    feed = Feed(kafka_broker, "ks-sales")
+    kafka_broker.create_topic("ks-revenue", 1)
+    builder = StreamBuilder("kafka-sink")
+    (source(builder, kafka_broker, "ks-sales", shop="string", price="long")
+     .key_by("shop").window(tumbling("PT10S")).aggregate(n=("count", None), revenue=("sum", "price"))
+     .sink("ks-revenue", bootstrap_servers=kafka_broker.bootstrap_servers, key=["shop"]))
+    job = run(builder.build())
+    feed.send({"ts": at(1), "shop": "s1", "price": 3}, {"ts": at(2), "shop": "s1", "price": 4},
+              {"ts": at(3), "shop": "s2", "price": 5}, {"ts": at(12), "shop": "s2", "price": 1})
+    job.process_all_available()
+    consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap_servers, "group.id": "ks-check",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe(["ks-revenue"])
+    messages = []
+    try:
+        deadline = time.monotonic() + 30
+        while len(messages) < 2 and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                messages.append((json.loads(message.key()), json.loads(message.value())))
+    finally:
+        consumer.close()
+    start, end = at(0).replace("Z", ".000Z"), at(10).replace("Z", ".000Z")
+    assert sorted(messages, key=lambda m: m[0]["shop"]) == [
+        ({"shop": "s1", "window_start": start}, {"window_start": start, "window_end": end, "shop": "s1", "n": 2,
+                                                  "revenue": 7}),
+        ({"shop": "s2", "window_start": start}, {"window_start": start, "window_end": end, "shop": "s2", "n": 1,
+                                                  "revenue": 5}),
+    ]
+
+
+def test_a_restarted_job_keeps_its_state_and_a_changed_one_is_refused(spark: SparkSession,
+                                                                      kafka_broker: DevKafkaBroker,
+                                                                      tmp_path: Path) -> None:
+    feed = Feed(kafka_broker, "restart-clicks")
+    out = Collected()
+
+    def job(*extra: str) -> StreamJob:
+        builder = StreamBuilder("restart")
+        stream = source(builder, kafka_broker, "restart-clicks", page="string")
+        for condition in extra:
+            stream = stream.filter(condition)
+        stream.key_by("page").window(tumbling("PT10S")).count("cnt").foreach(out)
+        return builder.build()
+
+    first = start_job(spark, job(), tmp_path / "restart")
+    feed.send({"ts": at(1), "page": "a"}, {"ts": at(2), "page": "a"})
+    first.process_all_available()
+    first.stop()
+    with pytest.raises(StreamJobError, match="'restart' changed since its checkpoint"):
+        start_job(spark, job("page != 'b'"), tmp_path / "restart")
+
+    second = start_job(spark, job(), tmp_path / "restart")  # the open window [0, 10) is in the checkpoint's state
+    try:
+        feed.send({"ts": at(3), "page": "a"}, {"ts": at(20), "page": "a"})
+        second.process_all_available()
+        assert windows(out.rows(), "page", "cnt") == {(0, 10, "a", 3)}
+        assert second.status().processed == 2  # nothing read twice
+    finally:
+        second.stop()
+
+    out.batches.clear()
+    reset = start_job(spark, job("page != 'b'"), tmp_path / "restart", reset=True)  # starts over, from the earliest
+    try:
+        reset.process_all_available()
+        assert windows(out.rows(), "page", "cnt") == {(0, 10, "a", 3)}
+        assert reset.status().processed == 4
+    finally:
+        reset.stop()
