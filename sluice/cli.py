@@ -1,5 +1,6 @@
 """The `sluice` command: `sluice start` runs all-in-one, `sluice overlord|worker|broker` one role each,
-`sluice quickstart` shows the whole path, `sluice ingest` submits a batch ingestion and follows it."""
+`sluice quickstart` shows the whole path, `sluice ingest` submits a batch ingestion and follows it, `sluice stream
+run` runs a stream job."""
 
 from __future__ import annotations
 
@@ -42,6 +43,11 @@ def main(argv: list[str] | None = None) -> None:
         from sluice.ingest_cli import ingest
 
         sys.exit(ingest(args.spec, args.url, timeout_s=args.timeout))
+    elif args.command == "stream":
+        from sluice.stream_cli import run as run_stream
+
+        sys.exit(run_stream(args.job, url=args.url, checkpoint_dir=args.checkpoint_dir, reset=args.reset,
+                            duration_s=args.duration, spark_master=args.spark_master))
     else:
         from sluice.dev.quickstart import run
 
@@ -123,6 +129,19 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("spec", type=Path, help="an index_parallel / index / compact task JSON, or a .sql statement")
     ingest.add_argument("--url", default="http://127.0.0.1:8888", help="the overlord (or all-in-one node) to submit to")
     ingest.add_argument("--timeout", type=float, help="stop following after this many seconds (the task runs on)")
+
+    stream = commands.add_parser("stream", help="stream jobs (windows, joins, sessions on Spark's state store)")
+    stream_commands = stream.add_subparsers(dest="stream_command", required=True)
+    stream_run = stream_commands.add_parser("run", help="run a job.json or job.py with a live status line; a job "
+                                                        "writing to a data source is submitted to --url")
+    stream_run.add_argument("job", type=Path, help="a {\"type\": \"stream\"} JSON spec, or a .py file building one")
+    stream_run.add_argument("--url", default="http://127.0.0.1:8888", help="the node a data-source job runs on")
+    stream_run.add_argument("--checkpoint-dir", type=Path, default=Path("var/stream-jobs"),
+                            help="where a job run here keeps its checkpoint (offsets and state)")
+    stream_run.add_argument("--reset", action="store_true", help="start over: drop the checkpoint (a changed job "
+                                                                 "needs it)")
+    stream_run.add_argument("--duration", type=float, help="stop after this many seconds")
+    stream_run.add_argument("--spark-master", default="local[*,4]")
 
     quickstart = commands.add_parser("quickstart", help="dev broker + sample data + example spec + SQL")
     quickstart.add_argument("--work-dir", type=Path, default=Path("var"))

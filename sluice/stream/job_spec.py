@@ -33,7 +33,7 @@ from sluice.spec.periods import format_period, parse_period
 from sluice.spec.supervisor import JsonInputFormat
 from sluice.stream import topology as t
 
-__all__ = ["StreamJobSpec", "parse_stream_job_spec"]
+__all__ = ["StreamJobSpec", "job_to_json", "parse_stream_job_spec"]
 
 
 def _period(value: Any) -> Any:
@@ -258,3 +258,61 @@ def _sink(sink: Any) -> t.Sink:
     if isinstance(sink, KafkaSinkSpec):
         return t.KafkaSink(sink.topic, dict(sink.producer_properties), sink.format, tuple(sink.key))
     return t.ConsoleSink()
+
+
+def job_to_json(job: t.StreamJob) -> dict[str, Any]:
+    """A DSL job as the JSON spec that builds it again, to submit to a node; a job with Python functions has none
+    (a node runs specs, not code), and saying so names the operator."""
+    return {"type": "stream", "id": job.job_id, "spec": {**_pipeline_json(job.pipeline), "sink": _sink_json(job.sink)}}
+
+
+def _pipeline_json(pipeline: t.Pipeline) -> dict[str, Any]:
+    source = pipeline.source
+    io = {"type": "kafka", "topic": source.topic, "consumerProperties": dict(source.consumer_properties),
+          "inputFormat": {"type": "json"}, "useEarliestOffset": source.use_earliest_offset,
+          "maxRecordsPerTrigger": source.max_records_per_trigger}
+    stamp = {"column": source.timestamp_column, "format": source.timestamp_format} \
+        if source.timestamp_column is not None else None
+    return {"ioConfig": io, "timestampSpec": stamp, "columns": [{"name": c.name, "type": c.type} for c in source.columns],
+            "operators": [_operator_json(index, op) for index, op in enumerate(pipeline.operators)]}
+
+
+def _operator_json(index: int, op: t.Operator) -> dict[str, Any]:
+    python = isinstance(op, t.FlatMap) or (isinstance(op, t.Filter) and callable(op.condition)) or \
+        (isinstance(op, t.Map) and op.function is not None)
+    if python:
+        raise t.StreamJobError(f"operator {index} ({type(op).__name__.lower()})",
+                               "a Python function cannot go into a JSON spec; write it as a Druid expression")
+    if isinstance(op, t.Filter):
+        return {"type": "filter", "expression": op.condition}
+    if isinstance(op, t.Map):
+        return {"type": "map", "transforms": [{"type": "expression", "name": name, "expression": expression}
+                                              for name, expression in op.assignments.items()]}
+    if isinstance(op, t.KeyBy):
+        return {"type": "keyBy", "fields": list(op.fields)}
+    if isinstance(op, t.Window):
+        periods = {"size": op.size_ms, "slide": op.slide_ms if op.kind == "hopping" else 0, "gap": op.gap_ms}
+        return {"type": "window", "windowType": op.kind, "allowedLateness": format_period(timedelta(
+            milliseconds=op.lateness_ms)), "emit": op.emit,
+            **{k: format_period(timedelta(milliseconds=v)) for k, v in periods.items() if v}}
+    if isinstance(op, t.Aggregate):
+        return {"type": "aggregate", "aggregators": [{"type": a.kind, "name": a.name, "fieldName": a.field}
+                                                     for a in op.aggregators]}
+    if isinstance(op, t.Distinct):
+        return {"type": "distinct", "fields": list(op.fields), "within": format_period(timedelta(
+            milliseconds=op.within_ms))}
+    assert isinstance(op, t.Join)
+    return {"type": "join", "joinType": op.how, "right": _pipeline_json(op.right), "on": list(op.on),
+            "within": format_period(timedelta(milliseconds=op.within_ms)),
+            "grace": format_period(timedelta(milliseconds=op.grace_ms))}
+
+
+def _sink_json(sink: t.Sink) -> dict[str, Any]:
+    if isinstance(sink, t.DataSourceSink):
+        return {"type": "dataSource", "dataSource": sink.data_source, "segmentGranularity": sink.segment_granularity}
+    if isinstance(sink, t.KafkaSink):
+        return {"type": "kafka", "topic": sink.topic, "producerProperties": dict(sink.producer_properties),
+                "format": sink.format, "key": list(sink.key)}
+    if isinstance(sink, t.ConsoleSink):
+        return {"type": "console"}
+    raise t.StreamJobError("sink", "a foreach function cannot go into a JSON spec")

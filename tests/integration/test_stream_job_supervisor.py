@@ -4,6 +4,7 @@ whole node; and bad specs answered with 400 naming the field."""
 
 from __future__ import annotations
 
+import io
 import json
 import random
 from collections import Counter
@@ -14,7 +15,9 @@ from typing import Any
 
 import httpx
 import pytest
+from rich.console import Console
 
+from sluice import stream_cli
 from sluice.dev.sample_data import produce
 from sluice.metadata.store import MetadataStore
 from tests.integration.harness import wait_for
@@ -154,3 +157,33 @@ def test_kill_9_of_the_node_mid_stream_loses_and_repeats_no_window(kafka_broker,
     finally:
         node.stop()
         metadata.close()
+
+
+def test_the_same_job_in_the_python_dsl_runs_from_the_cli_on_the_node(node, http, kafka_broker,
+                                                                     tmp_path: Path) -> None:
+    kafka_broker.create_topic("clicks-dsl", 2)
+    events = clicks(500, 0, 120, seed=5) + clicks(1, 300, 300, seed=6)
+    send(kafka_broker.bootstrap_servers, "clicks-dsl", events)
+    job_file = tmp_path / "page_counts.py"
+    job_file.write_text(f'''
+from sluice.stream.builder import StreamBuilder, tumbling
+
+builder = StreamBuilder("page_counts_dsl")
+(builder.source("clicks-dsl", bootstrap_servers="{kafka_broker.bootstrap_servers}",
+                columns={{"ts": "string", "user": "string", "page": "string"}}, timestamp=("ts", "iso"))
+    .key_by("page")
+    .window(tumbling("PT1M", lateness="PT10S"))
+    .count("cnt")
+    .to_data_source("page_counts_dsl"))
+''')
+    console = Console(file=io.StringIO(), width=200)
+    url = f"http://127.0.0.1:{node.config.port}"
+    assert stream_cli.run(job_file, url=url, checkpoint_dir=tmp_path, duration_s=1, console=console) == 0
+    assert "stream job page_counts_dsl submitted" in console.file.getvalue()
+    wait_for(lambda: stored_counts(http, "page_counts_dsl") == closed_window_counts(events), 120,
+             "the DSL job's windows in SQL")
+    assert http.post(f"{SUPERVISOR}/page_counts_dsl/terminate").status_code == 200
+
+    job_file.write_text(job_file.read_text().replace('.key_by("page")', '.filter(lambda row: True).key_by("page")'))
+    assert stream_cli.run(job_file, url=url, checkpoint_dir=tmp_path, console=console) == 2
+    assert "operator 0 (filter): a Python function cannot go into a JSON spec" in console.file.getvalue()

@@ -8,6 +8,8 @@ examples feed records one at a time.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
 import time
@@ -19,7 +21,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 from pyspark.sql import SparkSession
+from rich.console import Console
 
+from sluice import stream_cli
 from sluice.dev.tansu import DevKafkaBroker
 from sluice.stream.builder import RStream, StreamBuilder, hopping, session, tumbling
 from sluice.stream.runner import RunningJob, start_job
@@ -43,9 +47,11 @@ class Feed:
         self.producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0,
                                   "logger": logging.getLogger("feed")})  # not stderr, once the broker is gone
 
-    def send(self, *values: dict[str, Any] | None, key: str | None = None) -> None:
+    def send(self, *values: dict[str, Any] | str | None, key: str | None = None) -> None:
+        """Each value as JSON; a string as it is (a record that does not parse); None as a tombstone."""
         for value in values:
-            self.producer.produce(self.topic, value=None if value is None else json.dumps(value).encode(),
+            raw = value.encode() if isinstance(value, str) else None if value is None else json.dumps(value).encode()
+            self.producer.produce(self.topic, value=raw,
                                   key=None if key is None else key.encode())
             self.producer.flush(10)
 
@@ -236,8 +242,7 @@ def test_bad_records_are_counted_and_sampled_and_the_job_goes_on(
     (source(builder, kafka_broker, "bad-sales", shop="string", price="double")
      .filter("price > 0").key_by("shop").window(tumbling("PT10S")).sum("price", "revenue").foreach(out))
     job = run(builder.build())
-    feed.producer.produce("bad-sales", value=b"{not json")
-    feed.send({"ts": "yesterday", "shop": "s1", "price": 1.0}, {"ts": at(1), "shop": "s1", "price": 2.5},
+    feed.send("{not json", {"ts": "yesterday", "shop": "s1", "price": 1.0}, {"ts": at(1), "shop": "s1", "price": 2.5},
               {"ts": at(2), "shop": "s1", "price": -1.0}, {"ts": at(3), "shop": "s1", "price": 4.0},
               {"ts": at(30), "shop": "s2", "price": 1.0})
     job.process_all_available()
@@ -323,3 +328,29 @@ def test_a_restarted_job_keeps_its_state_and_a_changed_one_is_refused(spark: Spa
         assert reset.status().processed == 4
     finally:
         reset.stop()
+
+
+def test_stream_run_prints_a_local_jobs_rows_and_its_status_line(spark: SparkSession, kafka_broker: DevKafkaBroker,
+                                                                 tmp_path: Path) -> None:
+    feed = Feed(kafka_broker, "cli-clicks")
+    feed.send({"ts": at(1), "page": "a"}, {"ts": at(2), "page": "a"}, "not json", {"ts": at(30), "page": "b"})
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps({"type": "stream", "id": "cli-counts", "spec": {
+        "ioConfig": {"topic": "cli-clicks", "consumerProperties": {"bootstrap.servers": kafka_broker.bootstrap_servers},
+                     "useEarliestOffset": True},
+        "timestampSpec": {"column": "ts", "format": "iso"}, "columns": [{"name": "ts"}, {"name": "page"}],
+        "operators": [{"type": "keyBy", "fields": ["page"]},
+                      {"type": "window", "windowType": "tumbling", "size": "PT10S"}, {"type": "count", "name": "n"}],
+        "sink": {"type": "console"}}}))
+    console = Console(file=io.StringIO(), width=300)
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        code = stream_cli.run(job_file, url="http://unused", checkpoint_dir=tmp_path, duration_s=20, console=console)
+    assert code == 0
+    start, end = at(0).replace("Z", ".000Z"), at(10).replace("Z", ".000Z")
+    assert json.loads(printed.getvalue().splitlines()[0]) == {"window_start": start, "window_end": end, "page": "a",
+                                                              "n": 2}
+    assert "4 read" in console.file.getvalue() and "1 unparseable" in console.file.getvalue()
+
+    job_file.write_text(job_file.read_text().replace('"keyBy"', '"keyby"'))
+    assert stream_cli.run(job_file, url="http://unused", checkpoint_dir=tmp_path, console=console) == 2
+    assert "spec.operators[0]: Input tag 'keyby'" in console.file.getvalue()
