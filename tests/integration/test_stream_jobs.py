@@ -354,3 +354,46 @@ def test_stream_run_prints_a_local_jobs_rows_and_its_status_line(spark: SparkSes
     job_file.write_text(job_file.read_text().replace('"keyBy"', '"keyby"'))
     assert stream_cli.run(job_file, url="http://unused", checkpoint_dir=tmp_path, console=console) == 2
     assert "spec.operators[0]: Input tag 'keyby'" in console.file.getvalue()
+
+
+def test_window_sum_min_max_avg_of_grades(spark: SparkSession, kafka_broker: DevKafkaBroker, run) -> None:
+    """RocketMQ Streams' WindowSum / WindowMin / WindowAvg (keyBy grade, 5 s tumbling windows, lateness 2 s) as
+    one job with four aggregators."""
+    feed = Feed(kafka_broker, "grades")
+    out = Collected()
+    builder = StreamBuilder("grades")
+    (source(builder, kafka_broker, "grades", grade="string", score="long")
+     .key_by("grade").window(tumbling("PT5S", lateness="PT2S"))
+     .aggregate(total=("sum", "score"), lowest=("min", "score"), highest=("max", "score"), mean=("avg", "score"))
+     .foreach(out))
+    job = run(builder.build())
+    feed.send({"ts": at(0.5), "grade": "g1", "score": 90}, {"ts": at(1), "grade": "g1", "score": 70},
+              {"ts": at(4.9), "grade": "g2", "score": 60}, {"ts": at(5), "grade": "g1", "score": 100},
+              {"ts": at(6), "grade": "g1", "score": 80})
+    job.process_all_available()
+    feed.send({"ts": at(13), "grade": "g2", "score": 1})
+    job.process_all_available()
+    assert windows(out.rows(), "grade", "total", "lowest", "highest", "mean") == {
+        (0, 5, "g1", 160, 70, 90, 80.0), (0, 5, "g2", 60, 60, 60, 60.0), (5, 10, "g1", 180, 80, 100, 90.0)}
+
+
+def test_final_results_only_as_kafka_streams_suppression_example(spark: SparkSession, kafka_broker: DevKafkaBroker,
+                                                                run) -> None:
+    """Kafka Streams' suppress(untilWindowCloses) example: 1-hour windows, 10 minutes of grace; user U's 10 events
+    between 09:00 and 10:10 give nothing until stream time reaches 10:10, and then exactly one result, 10."""
+    feed = Feed(kafka_broker, "suppress-events")
+    out = Collected()
+    builder = StreamBuilder("suppress")
+    (source(builder, kafka_broker, "suppress-events", user="string")
+     .key_by("user").window(tumbling("PT1H", lateness="PT10M")).count("events").foreach(out))
+    job = run(builder.build())
+    nine = 9 * 3600
+    feed.send(*({"ts": at(nine + minute * 60), "user": "U"} for minute in range(0, 56, 7)))  # 8 events in 09:xx
+    job.process_all_available()
+    feed.send({"ts": at(nine + 65 * 60), "user": "V"},  # stream time 10:05
+              {"ts": at(nine + 58 * 60), "user": "U"}, {"ts": at(nine + 59 * 60), "user": "U"})  # late, in grace
+    job.process_all_available()
+    assert out.rows() == []
+    feed.send({"ts": at(nine + 70 * 60), "user": "V"})  # stream time 10:10: U's 09:00 window closes
+    job.process_all_available()
+    assert [(r["user"], r["events"]) for r in out.rows()] == [("U", 10)]
