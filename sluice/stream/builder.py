@@ -43,6 +43,7 @@ from sluice.stream.topology import (
     SourceColumn,
     StreamJob,
     StreamJobError,
+    TableJoin,
     Window,
     validate,
 )
@@ -185,26 +186,37 @@ class RStream(_Stream):
     def left_join(self, other: RStream, **kwargs: Any) -> RStream:
         return self.join(other, how="left", **kwargs)
 
+    def join_table(self, table: RStream, *, on: str | Iterable[str], how: str = "inner") -> RStream:
+        """Each record with the latest row of ``table`` (a stream read as a table: the last record per key) whose
+        ``on`` fields are equal; ``how="left"`` keeps records whose key has no row yet."""
+        if table.builder is not self.builder:
+            raise StreamJobError("join_table", "the table must come from the same StreamBuilder")
+        keys = (on,) if isinstance(on, str) else tuple(on)
+        return RStream(self.builder, self._then(TableJoin(table.pipeline, keys, how)))  # type: ignore[arg-type]
+
 
 class _Aggregating(_Stream):
-    def count(self, name: str = "count") -> RStream:
-        return self.aggregate(**{name: ("count", None)})
+    """``ttl`` (keyed streams without a window): a key's state is dropped after that long without a record."""
 
-    def sum(self, field: str, name: str | None = None) -> RStream:
-        return self.aggregate(**{name or f"sum_{field}": ("sum", field)})
+    def count(self, name: str = "count", *, ttl: Duration | None = None) -> RStream:
+        return self.aggregate(**{name: ("count", None)}, ttl=ttl)
 
-    def min(self, field: str, name: str | None = None) -> RStream:
-        return self.aggregate(**{name or f"min_{field}": ("min", field)})
+    def sum(self, field: str, name: str | None = None, *, ttl: Duration | None = None) -> RStream:
+        return self.aggregate(**{name or f"sum_{field}": ("sum", field)}, ttl=ttl)
 
-    def max(self, field: str, name: str | None = None) -> RStream:
-        return self.aggregate(**{name or f"max_{field}": ("max", field)})
+    def min(self, field: str, name: str | None = None, *, ttl: Duration | None = None) -> RStream:
+        return self.aggregate(**{name or f"min_{field}": ("min", field)}, ttl=ttl)
 
-    def avg(self, field: str, name: str | None = None) -> RStream:
-        return self.aggregate(**{name or f"avg_{field}": ("avg", field)})
+    def max(self, field: str, name: str | None = None, *, ttl: Duration | None = None) -> RStream:
+        return self.aggregate(**{name or f"max_{field}": ("max", field)}, ttl=ttl)
 
-    def aggregate(self, **aggregators: tuple[str, str | None]) -> RStream:
+    def avg(self, field: str, name: str | None = None, *, ttl: Duration | None = None) -> RStream:
+        return self.aggregate(**{name or f"avg_{field}": ("avg", field)}, ttl=ttl)
+
+    def aggregate(self, ttl: Duration | None = None, **aggregators: tuple[str, str | None]) -> RStream:
         """Several aggregators at once: ``aggregate(cnt=("count", None), total=("sum", "price"))``."""
-        op = Aggregate(tuple(Aggregator(kind, name, field) for name, (kind, field) in aggregators.items()))
+        op = Aggregate(tuple(Aggregator(kind, name, field) for name, (kind, field) in aggregators.items()),
+                       millis(ttl) if ttl is not None else 0)
         return RStream(self.builder, self._then(op))
 
 

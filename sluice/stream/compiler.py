@@ -33,6 +33,7 @@ from pyspark.sql.types import (
 
 from sluice.spec.expressions import compile_expression, quote_identifier
 from sluice.stream import kafka_ranges
+from sluice.stream.processors import EVENT_TIME, SIDE, TableJoinProcessor, TtlAggregateProcessor
 from sluice.stream.topology import (
     TIME,
     WINDOW_END,
@@ -48,8 +49,10 @@ from sluice.stream.topology import (
     Pipeline,
     SourceColumn,
     StreamJob,
+    TableJoin,
     Window,
     output_fields,
+    table_field_name,
 )
 
 if TYPE_CHECKING:
@@ -78,6 +81,8 @@ class CompiledJob:
 
     rows: DataFrame
     output_mode: str
+    #: state expires by processing time (a TTL): Spark then runs a batch every trigger even without new data
+    processing_time: bool = False
 
 
 def compile_job(spark: SparkSession, job: StreamJob) -> CompiledJob:
@@ -86,7 +91,8 @@ def compile_job(spark: SparkSession, job: StreamJob) -> CompiledJob:
     window = next((op for op in operators if isinstance(op, Window)), None)
     aggregates = any(isinstance(op, Aggregate) for op in operators)
     output_mode = "update" if aggregates and (window is None or window.emit == "update") else "append"
-    return CompiledJob(_pipeline(spark, job.pipeline, observe=INPUT_METRICS), output_mode)
+    processing_time = any(isinstance(op, Aggregate) and op.ttl_ms for op in operators)
+    return CompiledJob(_pipeline(spark, job.pipeline, observe=INPUT_METRICS), output_mode, processing_time)
 
 
 def _pipeline(spark: SparkSession, pipeline: Pipeline, observe: str) -> DataFrame:
@@ -115,6 +121,9 @@ def _pipeline(spark: SparkSession, pipeline: Pipeline, observe: str) -> DataFram
         elif isinstance(op, Join):
             left_fields = output_fields(Pipeline(pipeline.source, pipeline.operators[:index]))
             rows = _join(spark, rows, left_fields, op, observe)
+        elif isinstance(op, TableJoin):
+            stream_fields = output_fields(Pipeline(pipeline.source, pipeline.operators[:index]))
+            rows = _table_join(spark, rows, stream_fields, op, observe)
     return rows
 
 
@@ -169,6 +178,8 @@ def _event_time_sql(source: KafkaSource) -> str:
 def _aggregate(rows: DataFrame, op: Aggregate, key: list[str], window: Window | None) -> DataFrame:
     measures = [_aggregator(a.kind, a.field).alias(a.name) for a in op.aggregators]
     names = [a.name for a in op.aggregators]
+    if window is None and op.ttl_ms:
+        return _ttl_aggregate(rows, op, key)
     if window is None:
         return rows.groupBy(*key).agg(*measures)
     rows = rows.withWatermark(TIME, _ms(window.lateness_ms))
@@ -182,6 +193,39 @@ def _aggregate(rows: DataFrame, op: Aggregate, key: list[str], window: Window | 
             .select(F.col("__window.start").alias(WINDOW_START), end.alias(WINDOW_END), *key, *names))
 
 
+def _ttl_aggregate(rows: DataFrame, op: Aggregate, key: list[str]) -> DataFrame:
+    """Keyed aggregation whose state a key loses after ``ttl_ms`` without records (transformWithState's TTL,
+    which counts processing time)."""
+    def kind_of(agg: Any) -> DataType:
+        if agg.kind == "count":
+            return LongType()
+        field_type = rows.schema[agg.field].dataType
+        return DoubleType() if agg.kind == "avg" or not isinstance(field_type, LongType) else LongType()
+
+    output = StructType([*(rows.schema[k] for k in key), *(StructField(a.name, kind_of(a)) for a in op.aggregators)])
+    processor = TtlAggregateProcessor(key, [(a.kind, a.name, a.field) for a in op.aggregators], output, op.ttl_ms)
+    inputs = rows.select(*key, *{a.field for a in op.aggregators if a.field is not None})
+    return inputs.groupBy(*key).transformWithStateInPandas(processor, output, "Update", "ProcessingTime")
+
+
+def _table_join(spark: SparkSession, stream: DataFrame, stream_fields: dict[str, str], op: TableJoin,
+                observe: str) -> DataFrame:
+    """The stream and the table's records in one input keyed on ``on``, told apart by SIDE."""
+    table_fields = [n for n in output_fields(op.table) if n not in op.on and n != TIME]
+    renamed = {n: table_field_name(n, stream_fields) for n in table_fields}
+    table = _pipeline(spark, op.table, observe=f"{observe}_table")
+    table = table.select(*(F.col(quote_identifier(n)) for n in op.on), F.col(TIME),
+                         *(F.col(quote_identifier(n)).alias(renamed[n]) for n in table_fields))
+    both = stream.withColumn(SIDE, F.lit("S")).unionByName(table.withColumn(SIDE, F.lit("T")),
+                                                             allowMissingColumns=True)
+    both = both.withColumnRenamed(TIME, EVENT_TIME)
+    table_schema = StructType([both.schema[renamed[n]] for n in table_fields])
+    output = StructType([*(both.schema[n if n != TIME else EVENT_TIME] for n in stream_fields), *table_schema.fields])
+    processor = TableJoinProcessor(EVENT_TIME, table_schema, output, op.how)
+    return (both.groupBy(*op.on).transformWithStateInPandas(processor, output, "Append", "None")
+            .withColumnRenamed(EVENT_TIME, TIME))
+
+
 def _aggregator(kind: str, field: str | None) -> Column:
     if kind == "count":
         return F.count(F.lit(1))
@@ -190,7 +234,7 @@ def _aggregator(kind: str, field: str | None) -> Column:
 
 def _join(spark: SparkSession, left: DataFrame, left_fields: dict[str, str], op: Join, observe: str) -> DataFrame:
     right_fields = output_fields(op.right)
-    renamed = {name: (f"right_{name}" if name in left_fields else name) for name in right_fields if name not in op.on}
+    renamed = {name: table_field_name(name, left_fields) for name in right_fields if name not in op.on}
     right = _pipeline(spark, op.right, observe=f"{observe}_right")
     right = right.select(*(F.col(quote_identifier(n)).alias(f"__right_key_{n}") for n in op.on),
                          *(F.col(quote_identifier(n)).alias(renamed[n]) for n in renamed))

@@ -102,17 +102,21 @@ class AggregatorSpec(SpecModel):
 class AggregateOp(SpecModel):
     type: Literal["aggregate"]
     aggregators: list[AggregatorSpec] = Field(min_length=1)
+    #: without a window: a key's state is dropped after this long without a record
+    state_ttl: Period | None = None
 
 
 class CountOp(SpecModel):
     type: Literal["count"]
     name: str = "count"
+    state_ttl: Period | None = None
 
 
 class FieldAggregateOp(SpecModel):
     type: Literal["sum", "min", "max", "avg"]
     field_name: str
     name: str | None = None
+    state_ttl: Period | None = None
 
 
 class DistinctOp(SpecModel):
@@ -130,8 +134,16 @@ class JoinOp(SpecModel):
     grace: Period = timedelta(0)
 
 
+class JoinTableOp(SpecModel):
+    type: Literal["joinTable"]
+    join_type: Literal["inner", "left"] = "inner"
+    table: PipelineSpec
+    on: list[str] = Field(min_length=1)
+
+
 OperatorSpec = Annotated[
-    FilterOp | MapOp | KeyByOp | WindowOp | AggregateOp | CountOp | FieldAggregateOp | DistinctOp | JoinOp,
+    FilterOp | MapOp | KeyByOp | WindowOp | AggregateOp | CountOp | FieldAggregateOp | DistinctOp | JoinOp
+    | JoinTableOp,
     Field(discriminator="type"),
 ]
 
@@ -144,6 +156,7 @@ class PipelineSpec(SpecModel):
 
 
 JoinOp.model_rebuild()
+JoinTableOp.model_rebuild()
 
 
 class DataSourceSinkSpec(SpecModel):
@@ -239,16 +252,19 @@ def _operator(op: Any) -> t.Operator:
         slide = _ms(op.slide) if op.slide is not None else size if op.window_type == "tumbling" else 0
         return t.Window(op.window_type, size_ms=size, slide_ms=slide, gap_ms=_ms(op.gap) if op.gap else 0,
                         lateness_ms=_ms(op.allowed_lateness), emit=op.emit)
+    ttl = _ms(op.state_ttl) if getattr(op, "state_ttl", None) is not None else 0
     if isinstance(op, AggregateOp):
-        return t.Aggregate(tuple(t.Aggregator(a.type, a.name, a.field_name) for a in op.aggregators))
+        return t.Aggregate(tuple(t.Aggregator(a.type, a.name, a.field_name) for a in op.aggregators), ttl)
     if isinstance(op, CountOp):
-        return t.Aggregate((t.Aggregator("count", op.name),))
+        return t.Aggregate((t.Aggregator("count", op.name),), ttl)
     if isinstance(op, FieldAggregateOp):
-        return t.Aggregate((t.Aggregator(op.type, op.name or f"{op.type}_{op.field_name}", op.field_name),))
+        return t.Aggregate((t.Aggregator(op.type, op.name or f"{op.type}_{op.field_name}", op.field_name),), ttl)
     if isinstance(op, DistinctOp):
         return t.Distinct(tuple(op.fields), _ms(op.within))
     if isinstance(op, JoinOp):
         return t.Join(_pipeline(op.right), tuple(op.on), _ms(op.within), op.join_type, _ms(op.grace))
+    if isinstance(op, JoinTableOp):
+        return t.TableJoin(_pipeline(op.table), tuple(op.on), op.join_type)
     raise TypeError(f"unknown operator {op!r}")
 
 
@@ -297,7 +313,10 @@ def _operator_json(index: int, op: t.Operator) -> dict[str, Any]:
             **{k: format_period(timedelta(milliseconds=v)) for k, v in periods.items() if v}}
     if isinstance(op, t.Aggregate):
         return {"type": "aggregate", "aggregators": [{"type": a.kind, "name": a.name, "fieldName": a.field}
-                                                     for a in op.aggregators]}
+                                                     for a in op.aggregators],
+                "stateTtl": format_period(timedelta(milliseconds=op.ttl_ms)) if op.ttl_ms else None}
+    if isinstance(op, t.TableJoin):
+        return {"type": "joinTable", "joinType": op.how, "table": _pipeline_json(op.table), "on": list(op.on)}
     if isinstance(op, t.Distinct):
         return {"type": "distinct", "fields": list(op.fields), "within": format_period(timedelta(
             milliseconds=op.within_ms))}

@@ -21,12 +21,14 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from sluice.stream.compiler import INPUT_METRICS, SAMPLES, compile_job
 from sluice.stream.sinks import BatchWriter, batch_writer
-from sluice.stream.topology import StreamJob, StreamJobError, fingerprint, validate
+from sluice.stream.topology import Join, Pipeline, StreamJob, StreamJobError, TableJoin, fingerprint, validate
 
 __all__ = ["JobStatus", "RunningJob", "start_job"]
 
 #: the job's fingerprint beside its checkpoint
 FINGERPRINT_FILE = "sluice-job.json"
+#: the trigger of a job whose state expires by processing time, unless it names one
+PROCESSING_TIME_TRIGGER = "1 second"
 #: Spark's RocksDB state store, which checkpoints changelogs instead of whole snapshots every batch; event time
 #: is the latest of all inputs' (a join's two sides), as Kafka Streams' stream time is
 STREAMING_CONF = {
@@ -114,9 +116,11 @@ class _ProgressListener(StreamingQueryListener):
 class RunningJob:
     """A started job: its query, and the status its listener keeps."""
 
-    def __init__(self, spark: SparkSession, job: StreamJob, query: StreamingQuery, listener: _ProgressListener) -> None:
+    def __init__(self, spark: SparkSession, job: StreamJob, query: StreamingQuery, listener: _ProgressListener,
+                 processing_time: bool = False) -> None:
         self.job = job
         self.query = query
+        self.processing_time = processing_time
         self._spark = spark
         self._listener = listener
 
@@ -128,12 +132,33 @@ class RunningJob:
     def process_all_available(self) -> None:
         """Block until every record in Kafka when called has gone through (and its windows, as far as the
         watermark lets them, have been written), and the status has counted it."""
-        self.query.processAllAvailable()
+        if self.processing_time:
+            self._await_offsets(_latest_offsets(self.job.pipeline))
+        else:
+            self.query.processAllAvailable()
         last = self.query.lastProgress
         if last is not None:  # Spark's listener bus is asynchronous: wait for it to deliver the last batch
             deadline = time.monotonic() + 10
             while self.status().timestamp < last["timestamp"] and time.monotonic() < deadline:
                 time.sleep(0.01)
+
+    def _await_offsets(self, targets: list[dict[str, int]], timeout: float = 120.0) -> None:
+        """Spark's processAllAvailable waits for a batch without new data, which a job whose state expires by
+        processing time never has: wait instead for the sources to reach ``targets``, then two batches more
+        (one moves the watermark, the next emits what it closed)."""
+        deadline = time.monotonic() + timeout
+        caught_up_at: int | None = None
+        while time.monotonic() < deadline:
+            if (error := self.query.exception()) is not None:
+                raise RuntimeError(f"stream job {self.job.job_id!r} failed: {error}")
+            progress = self.query.lastProgress
+            if progress is not None:
+                if caught_up_at is None and _covers([_offsets(s["endOffset"]) for s in progress["sources"]], targets):
+                    caught_up_at = progress["batchId"]
+                elif caught_up_at is not None and progress["batchId"] >= caught_up_at + 2:
+                    return
+            time.sleep(0.1)
+        raise TimeoutError(f"stream job {self.job.job_id!r} did not read up to {targets} in {timeout}s")
 
     def stop(self) -> None:
         self.query.stop()
@@ -142,6 +167,34 @@ class RunningJob:
     def exception(self) -> str | None:
         error = self.query.exception()
         return None if error is None else str(error)
+
+
+def _latest_offsets(pipeline: Pipeline) -> list[dict[str, int]]:
+    """The end offsets of every topic the job reads (its joins' and tables' too), as Spark's offsets name them."""
+    from sluice.stream.kafka import KafkaStream
+
+    sources = [pipeline.source, *(op.right.source for op in pipeline.operators if isinstance(op, Join)),
+               *(op.table.source for op in pipeline.operators if isinstance(op, TableJoin))]
+    targets = []
+    for source in sources:
+        with KafkaStream({k: str(v) for k, v in source.consumer_properties.items()}, source.topic) as stream:
+            targets.append({str(p): o for p, o in stream.latest_offsets(stream.partitions()).items()})
+    return targets
+
+
+def _offsets(value: Any) -> dict[str, int]:
+    return json.loads(value) if isinstance(value, str) else dict(value or {})
+
+
+def _covers(ends: list[dict[str, int]], targets: list[dict[str, int]]) -> bool:
+    """Every target reached by a source of its own (the progress does not say which topic a source reads)."""
+    left = list(ends)
+    for target in targets:
+        match = next((end for end in left if all(end.get(p, 0) >= o for p, o in target.items())), None)
+        if match is None:
+            return False
+        left.remove(match)
+    return True
 
 
 def start_job(spark: SparkSession, job: StreamJob, checkpoint_dir: Path, *, writer: BatchWriter | None = None,
@@ -159,6 +212,8 @@ def start_job(spark: SparkSession, job: StreamJob, checkpoint_dir: Path, *, writ
     stream = (compiled.rows.writeStream.queryName(job.job_id).outputMode(compiled.output_mode)
               .option("checkpointLocation", str(checkpoint_dir / "spark"))
               .foreachBatch(writer or batch_writer(job.sink)))
+    if trigger_interval is None and compiled.processing_time:
+        trigger_interval = PROCESSING_TIME_TRIGGER  # such a job runs a batch every trigger: not back to back
     if trigger_interval is not None:
         stream = stream.trigger(processingTime=trigger_interval)
     try:
@@ -167,7 +222,7 @@ def start_job(spark: SparkSession, job: StreamJob, checkpoint_dir: Path, *, writ
         spark.streams.removeListener(listener)
         raise
     listener.query_id = str(query.id)
-    return RunningJob(spark, job, query, listener)
+    return RunningJob(spark, job, query, listener, compiled.processing_time)
 
 
 def _claim_checkpoint(job: StreamJob, checkpoint_dir: Path, reset: bool) -> None:

@@ -40,6 +40,7 @@ __all__ = [
     "SourceColumn",
     "StreamJob",
     "StreamJobError",
+    "TableJoin",
     "Window",
     "fingerprint",
     "output_fields",
@@ -145,9 +146,11 @@ class Aggregator:
 
 @dataclass(frozen=True)
 class Aggregate:
-    """Aggregators over the keyed (and maybe windowed) stream; without a window, an update per changed key."""
+    """Aggregators over the keyed (and maybe windowed) stream; without a window, an update per changed key, and
+    with ``ttl_ms`` a key's state is dropped once the key has had no record for that long (processing time)."""
 
     aggregators: tuple[Aggregator, ...]
+    ttl_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -171,7 +174,18 @@ class Join:
     grace_ms: int = 0
 
 
-Operator = Filter | Map | FlatMap | KeyBy | Window | Aggregate | Distinct | Join
+@dataclass(frozen=True)
+class TableJoin:
+    """A stream joined with a table: the latest row per key of another topic (a compacted topic, as Kafka Streams'
+    KTable); each stream record meets the row its key has when it arrives. Table fields that clash with the
+    stream's get the prefix ``right_``."""
+
+    table: Pipeline
+    on: tuple[str, ...]
+    how: Literal["inner", "left"] = "inner"
+
+
+Operator = Filter | Map | FlatMap | KeyBy | Window | Aggregate | Distinct | Join | TableJoin
 
 
 @dataclass(frozen=True)
@@ -254,7 +268,7 @@ def output_fields(pipeline: Pipeline) -> dict[str, str]:
     aggregated = False
     for index, op in enumerate(pipeline.operators):
         where = f"operator {index} ({_name(op)})"
-        if aggregated and isinstance(op, (KeyBy, Window, Aggregate, Distinct, Join)):
+        if aggregated and isinstance(op, (KeyBy, Window, Aggregate, Distinct, Join, TableJoin)):
             raise StreamJobError(where, "only filter and map may follow an aggregation (Spark runs one stateful "
                                         "operator per query in update mode)")
         if isinstance(op, Filter):
@@ -293,6 +307,8 @@ def output_fields(pipeline: Pipeline) -> dict[str, str]:
                 raise StreamJobError(where, "distinct needs a positive 'within' bound, or its state grows forever")
         elif isinstance(op, Join):
             current = _join(where, op, current)
+        elif isinstance(op, TableJoin):
+            current = _table_join(where, op, current)
         if window is not None and not isinstance(op, (Window, Aggregate)):
             raise StreamJobError(where, "a window must be followed by an aggregation (count, sum, min, max, avg)")
     if window is not None:
@@ -404,6 +420,11 @@ def _aggregate(where: str, op: Aggregate, key: tuple[str, ...], window: Window |
                current: Mapping[str, str]) -> dict[str, str]:
     if not op.aggregators:
         raise StreamJobError(where, "needs at least one aggregator")
+    if op.ttl_ms < 0:
+        raise StreamJobError(where, "the state TTL cannot be negative")
+    if op.ttl_ms and window is not None:
+        raise StreamJobError(where, "a state TTL is for aggregations without a window: a window's state ends when "
+                                    "the window closes")
     out = dict.fromkeys((WINDOW_START, WINDOW_END), "timestamp") if window is not None else {}
     out.update({k: current[k] for k in key})
     for agg in op.aggregators:
@@ -415,13 +436,34 @@ def _aggregate(where: str, op: Aggregate, key: tuple[str, ...], window: Window |
                 raise StreamJobError(at, f"{agg.kind} needs a field")
             if agg.field not in current:
                 raise StreamJobError(f"{at} field {agg.field!r}", f"no such field; the rows have {sorted(current)}")
-            if agg.kind in ("sum", "avg") and current[agg.field] not in ("long", "double", "any"):
+            numeric_only = ("sum", "avg", "min", "max") if op.ttl_ms else ("sum", "avg")
+            if agg.kind in numeric_only and current[agg.field] not in ("long", "double", "any"):
                 raise StreamJobError(f"{at} field {agg.field!r}",
                                      f"{agg.kind} needs a long or double field, it is {current[agg.field]}")
         if agg.name in out:
             raise StreamJobError(at, "the name is already an output field")
         out[agg.name] = {"count": "long", "avg": "double"}.get(agg.kind) or current[agg.field or ""]
     return out
+
+
+def _table_join(where: str, op: TableJoin, current: Mapping[str, str]) -> dict[str, str]:
+    if op.how not in ("inner", "left"):
+        raise StreamJobError(where, f"a table join is inner or left, got {op.how!r}")
+    if any(not isinstance(o, (Filter, Map)) for o in op.table.operators):
+        raise StreamJobError(where, "a table's pipeline may only filter and map")
+    table = output_fields(op.table)
+    if not op.on:
+        raise StreamJobError(where, "a table join needs at least one key field ('on')")
+    for name in op.on:
+        if name not in current or name not in table:
+            raise StreamJobError(f"{where} field {name!r}", "a join key must be a field of the stream and the table")
+    return {**current, **{table_field_name(name, current): kind for name, kind in table.items()
+                          if name not in op.on and name != TIME}}
+
+
+def table_field_name(name: str, stream_fields: Mapping[str, str]) -> str:
+    """A table field's name in the joined rows: its own, or ``right_<name>`` where the stream has one."""
+    return f"right_{name}" if name in stream_fields else name
 
 
 def _join(where: str, op: Join, current: Mapping[str, str]) -> dict[str, str]:
@@ -444,5 +486,5 @@ def _join(where: str, op: Join, current: Mapping[str, str]) -> dict[str, str]:
     for name, kind in right.items():
         if name in op.on:
             continue
-        joined[f"right_{name}" if name in current else name] = kind
+        joined[table_field_name(name, current)] = kind
     return joined

@@ -397,3 +397,49 @@ def test_final_results_only_as_kafka_streams_suppression_example(spark: SparkSes
     feed.send({"ts": at(nine + 70 * 60), "user": "V"})  # stream time 10:10: U's 09:00 window closes
     job.process_all_available()
     assert [(r["user"], r["events"]) for r in out.rows()] == [("U", 10)]
+
+
+def test_keyed_count_with_state_ttl_forgets_a_quiet_key(spark: SparkSession, kafka_broker: DevKafkaBroker,
+                                                         run) -> None:
+    feed = Feed(kafka_broker, "ttl-words")
+    out = Collected()
+    builder = StreamBuilder("ttl-count")
+    (builder.source("ttl-words", bootstrap_servers=kafka_broker.bootstrap_servers, columns={"word": "string"})
+     .key_by("word").count("n", ttl="PT20S").foreach(out))
+    job = run(builder.build())
+    feed.send({"word": "warm-up"})  # the first batch starts Spark's Python workers and the state store: slow
+    job.process_all_available()
+    out.take()
+    counts = []
+    for step in ([{"word": "a"}, {"word": "b"}], [{"word": "a"}], [{"word": "a"}]):
+        if len(counts) == 2:
+            time.sleep(22)  # a quiet key: its state expires after 20 s
+        feed.send(*step)
+        job.process_all_available()
+        counts.append({r["word"]: r["n"] for r in out.take()})
+    assert counts == [{"a": 1, "b": 1}, {"a": 2}, {"a": 1}]
+
+
+def test_stream_table_join_meets_the_tables_row_at_arrival(spark: SparkSession, kafka_broker: DevKafkaBroker,
+                                                           run) -> None:
+    """RocketMQ Streams' JoinWithoutWindow (User{name, age} with Num{name, num}) as Kafka Streams' KStream-KTable
+    left join: a record meets its key's latest table row, or none; records read in one micro-batch in event-time
+    order, later ones as they arrive."""
+    users, nums = Feed(kafka_broker, "tj-users"), Feed(kafka_broker, "tj-nums")
+    users.send({"ts": at(0), "name": "alice", "age": 30}, {"ts": at(4), "name": "alice", "age": 31},
+               {"ts": at(5), "name": "bob", "age": 40})
+    nums.send({"ts": at(1), "name": "alice", "num": 1}, {"ts": at(2), "name": "bob", "num": 2},
+              {"ts": at(3), "name": "alice", "num": 3}, {"ts": at(6), "name": "bob", "num": 4},
+              {"ts": at(7), "name": "alice", "num": 5})
+    out = Collected()
+    builder = StreamBuilder("table-join")
+    table = source(builder, kafka_broker, "tj-users", name="string", age="long")
+    (source(builder, kafka_broker, "tj-nums", name="string", num="long")
+     .join_table(table, on="name", how="left").foreach(out))
+    job = run(builder.build())
+    job.process_all_available()  # the first batch reads both topics: in event-time order
+    assert sorted((r["name"], r["num"], r["age"]) for r in out.take()) == [
+        ("alice", 1, 30), ("alice", 3, 30), ("alice", 5, 31), ("bob", 2, None), ("bob", 4, 40)]
+    nums.send({"ts": at(2), "name": "alice", "num": 6})  # older than alice's last row, but it arrives after it
+    job.process_all_available()
+    assert [(r["name"], r["num"], r["age"], r["right_ts"]) for r in out.take()] == [("alice", 6, 31, at(4))]

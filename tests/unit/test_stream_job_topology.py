@@ -12,7 +12,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from sluice.spec.errors import SpecError
 from sluice.spec.supervisor import parse_supervisor_spec
 from sluice.stream.builder import StreamBuilder, hopping, millis, session, tumbling
-from sluice.stream.job_spec import StreamJobSpec
+from sluice.stream.job_spec import StreamJobSpec, job_to_json
 from sluice.stream.kafka_micro_batch import KafkaMicroBatchReader, cap_records
 from sluice.stream.topology import (
     Aggregate,
@@ -221,3 +221,28 @@ def test_max_records_per_trigger_is_shared_by_backlog() -> None:
     assert planner.latestOffset({"0": 0, "1": 0}, ReadMaxRows(100)) == {"0": 90, "1": 10}
     with pytest.raises(ValueError, match='"startingOffsets" must be'):
         reader(Topic({}, {}), startingOffsets="middle")
+
+
+def test_table_joins_and_state_ttls_in_both_front_ends() -> None:
+    builder = StreamBuilder("tt")
+    users = builder.source("users", bootstrap_servers=BOOTSTRAP, columns={"user": "string", "age": "long"})
+    (clicks(builder).join_table(users, on="user", how="left").key_by("page").count("n", ttl="PT1H")
+     .sink("out", bootstrap_servers=BOOTSTRAP))
+    job = builder.build()
+    assert output_fields(job.pipeline) == {"page": "string", "n": "long"}
+    assert job.pipeline.operators[-1] == Aggregate((Aggregator("count", "n"),), ttl_ms=3_600_000)
+    document = job_to_json(job)
+    assert document["spec"]["operators"][0]["type"] == "joinTable"
+    assert document["spec"]["operators"][2]["stateTtl"] == "PT3600S"
+    assert parse_supervisor_spec(document).to_job() == job
+
+    windowed = StreamBuilder("w")
+    clicks(windowed).key_by("page").window(tumbling(10)).count("n", ttl=60).print()
+    with pytest.raises(StreamJobError, match="a state TTL is for aggregations without a window"):
+        windowed.build()
+    aggregating_table = StreamBuilder("t")
+    table = aggregating_table.source("users", bootstrap_servers=BOOTSTRAP, columns={"user": "string"})
+    table = table.distinct("user", within=10)
+    clicks(aggregating_table).join_table(table, on="user").print()
+    with pytest.raises(StreamJobError, match="a table's pipeline may only filter and map"):
+        aggregating_table.build()

@@ -1,0 +1,109 @@
+"""Stateful operators Spark's built-in ones cannot express, on ``transformWithStateInPandas`` (RocksDB state):
+
+- keyed aggregations whose state expires when a key has been quiet for a while (Kafka Streams' and RocketMQ
+  Streams' non-windowed aggregations, with a TTL so state does not grow forever);
+- a stream joined with a table (Kafka Streams' KStream-KTable join, RocketMQ Streams' join without a window):
+  each table record replaces its key's row, and each stream record is joined with the row its key has when the
+  record arrives (records of one micro-batch in event-time order, table records first on a tie).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pandas as pd
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.types import DataType, DoubleType, IntegerType, LongType, StructField, StructType
+
+__all__ = ["EVENT_TIME", "SIDE", "TableJoinProcessor", "TtlAggregateProcessor"]
+
+#: the column that tells a table record ("T") from a stream record ("S") in a table join's input; the processors'
+#: columns have no leading underscores, which pyspark's pandas conversion renames to their position (`_3`)
+SIDE = "sluice_side"
+EVENT_TIME = "sluice_event_time"
+
+_ACCUMULATOR = StructType([StructField("n", LongType()), StructField("s", DoubleType()),
+                           StructField("lo", DoubleType()), StructField("hi", DoubleType())])
+
+
+class TtlAggregateProcessor(StatefulProcessor):
+    """count / sum / min / max / avg per key, emitting each changed key's values once per batch."""
+
+    def __init__(self, key: Sequence[str], aggregators: Sequence[tuple[str, str, str | None]], output: StructType,
+                 ttl_ms: int) -> None:
+        self.key, self.aggregators, self.output, self.ttl_ms = list(key), list(aggregators), output, ttl_ms
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.states = [handle.getValueState(f"acc_{name}", _ACCUMULATOR, self.ttl_ms)
+                       for _, name, _ in self.aggregators]
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
+        batch = pd.concat(list(rows), ignore_index=True)
+        out: dict[str, Any] = dict(zip(self.key, key))
+        for state, (kind, name, field) in zip(self.states, self.aggregators):
+            n, total, lo, hi = state.get() if state.exists() else (0, 0.0, math.inf, -math.inf)
+            if field is None:  # count: every record
+                n += len(batch)
+            elif len(values := batch[field].dropna()):
+                n += len(values)
+                total, lo, hi = total + float(values.sum()), min(lo, float(values.min())), max(hi, float(values.max()))
+            state.update((n, total, lo, hi))
+            out[name] = _result(kind, n, total, lo, hi)
+        yield pd.DataFrame([_typed(out, self.output)])
+
+    def close(self) -> None:
+        pass
+
+
+def _result(kind: str, n: int, total: float, lo: float, hi: float) -> float | int | None:
+    if kind == "count":
+        return n
+    if n == 0:
+        return None
+    return {"sum": total, "min": lo, "max": hi, "avg": total / n}[kind]
+
+
+def _typed(row: dict[str, Any], schema: StructType) -> dict[str, Any]:
+    """Long columns as ints: the accumulators are doubles, the output keeps the field's type."""
+    return {f.name: int(row[f.name]) if isinstance(f.dataType, LongType) and row[f.name] is not None
+            else row[f.name] for f in schema.fields}
+
+
+def _plain(value: Any, kind: DataType) -> Any:
+    """A pandas cell as the value state stores for its field: numpy scalars unwrapped, NaN as null, and a long
+    that pandas made a float (its column had nulls) an int again."""
+    value = value.item() if hasattr(value, "item") else value
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return int(value) if isinstance(kind, (LongType, IntegerType)) else value
+
+
+class TableJoinProcessor(StatefulProcessor):
+    """Per key: the table's latest row in state; stream records joined with it (inner, or left with nulls)."""
+
+    def __init__(self, time_field: str, table_schema: StructType, output: StructType, how: str) -> None:
+        self.time_field, self.table_schema, self.output, self.how = time_field, table_schema, output, how
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.row = handle.getValueState("table_row", self.table_schema)
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
+        batch = pd.concat(list(rows), ignore_index=True)
+        batch = batch.sort_values([self.time_field, SIDE], ascending=[True, False], kind="stable")
+        current = self.row.get() if self.row.exists() else None
+        joined: list[dict[str, Any]] = []
+        for record in batch.to_dict("records"):
+            if record[SIDE] == "T":
+                current = tuple(_plain(record[f.name], f.dataType) for f in self.table_schema.fields)
+            elif current is not None or self.how == "left":
+                names = self.table_schema.fieldNames()
+                table = dict(zip(names, current or (None,) * len(names)))
+                joined.append({f.name: table[f.name] if f.name in table else record[f.name] for f in self.output})
+        if current is not None:
+            self.row.update(current)
+        yield pd.DataFrame(joined, columns=self.output.fieldNames())
+
+    def close(self) -> None:
+        pass
