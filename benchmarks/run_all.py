@@ -47,6 +47,9 @@ BENCHMARKS: list[tuple[str, list[str], list[str]]] = [
     ("stages", ["--events", "1000000"], ["--events", "20000"]),
     ("batch", ["--rows", "5000000", "--single", "local-parquet", "--default-hint", "", "--profile-files", "2"],
      ["--smoke"]),
+    # one timed run of each variant after their warm-up runs, to stay within the default --timeout (about 12 min)
+    ("stream_jobs", ["--events", "1000000", "--join-events", "500000", "--latency-seconds", "60", "--runs", "1"],
+     ["--smoke"]),
 ]
 
 

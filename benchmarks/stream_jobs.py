@@ -433,10 +433,11 @@ def batch_figures(progress: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 @dataclass
 class Variant:
-    """One way to run a job: ``start(checkpoint, sink)`` returns something to wait on and stop."""
+    """One way to run a job: ``start(checkpoint, sink)`` returns a handle to wait on, stop and read from."""
 
     start: Callable[[Path, CountingSink], Any]
     wait: Callable[[Any], None]
+    stop: Callable[[Any], None]
     query: Callable[[Any], StreamingQuery]
     status: Callable[[Any], dict[str, Any]] = lambda _: {}
 
@@ -452,7 +453,7 @@ def timed_run(variant: Variant, checkpoint: Path, events: int) -> dict[str, Any]
         status = variant.status(handle)
     finally:
         query = variant.query(handle)
-        query.stop()
+        variant.stop(handle)
     return {"seconds": round(seconds, 2), "events_per_s": round(events / seconds), "output_rows": sink.rows,
             "counted_events": sink.counted, "sink_batches": sink.batches,
             **({"sluice_status": status} if status else {}), **batch_figures(progress_of(query))}
@@ -473,7 +474,7 @@ def compare(variants: Mapping[str, Variant], runs: int, work_dir: Path, events: 
                 figures["correct"] = all(figures.get(key) == value for key, value in expected.items())
                 log(f"  {name}: {figures['events_per_s']:,} events/s in {figures['seconds']} s, "
                     f"{figures['output_rows']:,} rows out, correct: {figures['correct']}")
-            except Exception as error:  # one failed run must not lose the others' figures
+            except Exception as error:  # noqa: BLE001 - one failed run must not lose the others' figures
                 log(f"  {name} run {run + 1} failed: {error}")
                 figures = {"error": f"{type(error).__name__}: {error}"[:2000]}
             finally:
@@ -492,8 +493,8 @@ def sluice_variant(spark: SparkSession, make_job: Callable[[CountingSink], Any])
     from sluice.stream.runner import start_job
 
     return Variant(start=lambda checkpoint, sink: start_job(spark, make_job(sink), checkpoint),
-                   wait=lambda job: job.process_all_available(), query=lambda job: job.query,
-                   status=lambda job: job.status().to_report())
+                   wait=lambda job: job.process_all_available(), stop=lambda job: job.stop(),
+                   query=lambda job: job.query, status=lambda job: job.status().to_report())
 
 
 def handwritten_variant(spark: SparkSession, start: Callable[[Path, CountingSink], StreamingQuery]) -> Variant:
@@ -502,7 +503,8 @@ def handwritten_variant(spark: SparkSession, start: Callable[[Path, CountingSink
             spark.conf.set(key, value)
         return start(checkpoint, sink)
 
-    return Variant(start=start_query, wait=lambda query: query.processAllAvailable(), query=lambda query: query)
+    return Variant(start=start_query, wait=lambda query: query.processAllAvailable(), stop=lambda query: query.stop(),
+                   query=lambda query: query)
 
 
 # ------------------------------------------------------------------------------------------------ sections
@@ -531,7 +533,8 @@ def warm_up(variants: Mapping[str, Variant], work_dir: Path, events: int) -> dic
     return seconds
 
 
-def window_count(spark: SparkSession, broker: DevKafkaBroker, args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
+def window_count(spark: SparkSession, broker: DevKafkaBroker, args: argparse.Namespace,
+                 work_dir: Path) -> dict[str, Any]:
     bootstrap = broker.bootstrap_servers
 
     def variants(topic: str, events: int) -> dict[str, Variant]:
@@ -567,7 +570,8 @@ def window_count(spark: SparkSession, broker: DevKafkaBroker, args: argparse.Nam
     }
 
 
-def stream_join(spark: SparkSession, broker: DevKafkaBroker, args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
+def stream_join(spark: SparkSession, broker: DevKafkaBroker, args: argparse.Namespace,
+                work_dir: Path) -> dict[str, Any]:
     bootstrap = broker.bootstrap_servers
 
     def variants(topics: tuple[str, str], events_per_side: int) -> dict[str, Variant]:
@@ -648,7 +652,7 @@ class PacedProducer(threading.Thread):
                 time.sleep(0.002)
             self.elapsed_s = time.monotonic() - began
             producer.flush(30)
-        except Exception as error:  # reported in the figures; the job's side must not hang on it
+        except Exception as error:  # noqa: BLE001 - reported in the figures; the job's side must not hang on it
             self.error = f"{type(error).__name__}: {error}"
 
 
@@ -657,7 +661,8 @@ def epoch_s(value: datetime) -> float:
     return value.timestamp()
 
 
-def latency(spark: SparkSession, broker: DevKafkaBroker, args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
+def latency(spark: SparkSession, broker: DevKafkaBroker, args: argparse.Namespace,
+            work_dir: Path) -> dict[str, Any]:
     """Sluice's windowed count on a live stream: how long after a window could be final its rows are in the sink."""
     from sluice.stream.runner import start_job
 
@@ -764,7 +769,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
                 log(f"=== {name}")
                 try:
                     results[name] = sections[name](spark, broker, args, work_dir)
-                except Exception as error:  # one failed section must not lose the others' figures
+                except Exception as error:  # noqa: BLE001 - one failed section must not lose the others' figures
                     log(f"section {name} failed: {error}")
                     results[name] = {"error": f"{type(error).__name__}: {error}"[:2000]}
             spark.stop()
@@ -791,9 +796,10 @@ def main() -> None:
                         help="micro-batches a job takes to read a topic (maxRecordsPerTrigger = events / batches)")
     parser.add_argument("--runs", type=int, default=2, help="timed runs of each variant; the best counts")
     parser.add_argument("--warmup-events", type=int, default=20_000,
-                        help="events of the untimed warm-up run of each variant before the count and the join (0: none)")
+                        help="events of each variant's untimed warm-up run before the count and the join (0: none)")
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated subset of " + ", ".join(SECTIONS))
+    parser.add_argument("--sections", default=",".join(SECTIONS),
+                        help="comma-separated subset of " + ", ".join(SECTIONS))
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (about a minute): proves the script works")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (broker log, checkpoints)")

@@ -12,6 +12,12 @@ INGEST_ROWS_OUTPUT = "ingest/rows/output"
 INGEST_PERSISTS_COUNT = "ingest/persists/count"
 INGEST_HANDOFF_COUNT = "ingest/handoff/count"
 
+# ---- stream jobs (a stream_job task; not Druid's: Druid has no stateful stream jobs) ----
+INGEST_STREAM_LATE_DROPPED = "ingest/stream/lateRecordsDropped"
+INGEST_STREAM_STATE_ROWS = "ingest/stream/state/rows"
+INGEST_STREAM_STATE_BYTES = "ingest/stream/state/bytes"
+INGEST_STREAM_BATCH_TIME = "ingest/stream/batch/time"
+
 # ---- stream lag (the supervisor, per data source and stream) ----
 INGEST_KAFKA_LAG = "ingest/kafka/lag"
 INGEST_KAFKA_MAX_LAG = "ingest/kafka/maxLag"

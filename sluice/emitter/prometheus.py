@@ -83,6 +83,12 @@ DEFAULT_METRICS: Mapping[str, MetricSpec] = {
     m.INGEST_KAFKA_PARTITION_LAG: _spec("gauge", "Partition-wise lag between the offsets consumed by the Kafka "
                                         "indexing tasks and latest offsets in Kafka brokers.",
                                         m.DATASOURCE, m.STREAM, m.PARTITION),
+    m.INGEST_STREAM_LATE_DROPPED: _spec("count", "Records a stream job dropped for arriving after their window "
+                                        "closed (allowed lateness passed).", m.DATASOURCE),
+    m.INGEST_STREAM_STATE_ROWS: _spec("gauge", "Rows in a stream job's state store.", m.DATASOURCE),
+    m.INGEST_STREAM_STATE_BYTES: _spec("gauge", "Bytes of memory a stream job's state store uses.", m.DATASOURCE),
+    m.INGEST_STREAM_BATCH_TIME: _spec("timer", "Seconds a stream job's micro-batch took, checkpoint included.",
+                                      m.DATASOURCE),
     m.TASK_RUN_TIME: _spec("timer", "Seconds taken to run a task.", m.DATASOURCE, m.TASK_TYPE),
     m.TASK_SUCCESS_COUNT: _spec("count", "Number of successful tasks per emission period.", m.DATASOURCE),
     m.TASK_FAILED_COUNT: _spec("count", "Number of failed tasks per emission period.", m.DATASOURCE),

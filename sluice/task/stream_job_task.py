@@ -22,12 +22,13 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from sluice.emitter import metrics
 from sluice.metadata.offsets import StreamOffsets
 from sluice.segment.deep_storage import LocalDeepStorage
 from sluice.segment.segment import DataSegment, numbered_shard_spec
 from sluice.spec.granularity import parse_granularity
 from sluice.stream.job_spec import StreamJobSpec, parse_stream_job_spec
-from sluice.stream.runner import RunningJob, start_job
+from sluice.stream.runner import JobStatus, RunningJob, start_job
 from sluice.stream.topology import TIME, WINDOW_END, WINDOW_START, DataSourceSink, StreamJob, output_fields
 from sluice.task import actions
 from sluice.task.pipeline import write_segment_files
@@ -112,14 +113,36 @@ class StreamJobTask:
         running = start_job(self.toolbox.spark, job, checkpoint_dir(self.toolbox, job.job_id), writer=writer,
                             reset=self.spec.reset)
         self._running = running
+        emitted = JobStatus()
         try:
             while not self._stop.wait(self.toolbox.poll_interval):
                 if not running.query.isActive:
                     raise TaskFailure(f"stream job {job.job_id!r} failed: {running.exception()}")
+                emitted = self._emit(running.status(), emitted)
         finally:
             running.stop()
         log.info("task %s: stream job %s stopped after batch %s", self.spec.id, job.job_id,
                  running.status().last_batch_id)
+
+    @property
+    def metric_dimensions(self) -> dict[str, str]:
+        return {metrics.DATASOURCE: self.spec.data_source, metrics.TASK_ID: self.spec.id, metrics.TASK_TYPE: TASK_TYPE}
+
+    def _emit(self, now: JobStatus, before: JobStatus) -> JobStatus:
+        """Druid's realtime metrics monitor for a job: counters as the change since the last emission, gauges of
+        its state, and the time of each batch."""
+        if now.batches == before.batches:
+            return before
+        emit, dimensions = self.toolbox.emitter.metric, self.metric_dimensions
+        for name, value in {metrics.INGEST_EVENTS_PROCESSED: now.processed - before.processed,
+                            metrics.INGEST_EVENTS_UNPARSEABLE: now.unparseable - before.unparseable,
+                            metrics.INGEST_EVENTS_THROWN_AWAY: now.thrown_away - before.thrown_away,
+                            metrics.INGEST_STREAM_LATE_DROPPED: now.late_dropped - before.late_dropped,
+                            metrics.INGEST_STREAM_STATE_ROWS: now.state_rows,
+                            metrics.INGEST_STREAM_STATE_BYTES: now.state_bytes,
+                            metrics.INGEST_STREAM_BATCH_TIME: now.last_batch_ms}.items():
+            emit(name, value, **dimensions)
+        return now
 
     def stop(self) -> None:
         self._stop.set()
@@ -180,6 +203,10 @@ class DataSourceBatchWriter:
                                               StreamOffsets(self.stream, {0: batch_id + 1}))
             if not result.success:
                 raise TaskFailure(f"publishing batch {batch_id} to {data_source} failed: {result.message}")
+            dimensions = {metrics.DATASOURCE: data_source, metrics.TASK_ID: self.task_id, metrics.TASK_TYPE: TASK_TYPE}
+            self.toolbox.emitter.metric(metrics.INGEST_ROWS_OUTPUT, sum(s.num_rows or 0 for s in segments), **dimensions)
+            self.toolbox.emitter.metric(metrics.INGEST_HANDOFF_COUNT, len(segments), **dimensions)
+            self.toolbox.emitter.metric(metrics.SEGMENT_ADDED_BYTES, sum(s.size for s in segments), **dimensions)
             # a job runs for days: it holds a chunk's lock only while it writes there, as a task's handoff ends it
             for interval in sorted({str(s.interval) for s in segments}):
                 self.toolbox.actions.submit({"type": "lockRelease", "interval": interval})

@@ -71,6 +71,13 @@ def stored_counts(http: httpx.Client, data_source: str) -> Counter:
     return Counter({(r["__time"], r["page"]): r["cnt"] for r in rows})
 
 
+def metric(http: httpx.Client, name: str, data_source: str) -> float:
+    """The sum of a Prometheus metric's samples for one data source (-1 when there is none)."""
+    samples = [float(line.rsplit(" ", 1)[1]) for line in http.get("/metrics").text.splitlines()
+               if line.startswith(name + "{") and f'dataSource="{data_source}"' in line]
+    return sum(samples) if samples else -1
+
+
 def test_page_counts_example_runs_as_a_supervisor_exactly_once_through_suspend_and_resume(node, http,
                                                                                           kafka_broker) -> None:
     kafka_broker.create_topic("clicks", 2)
@@ -89,6 +96,10 @@ def test_page_counts_example_runs_as_a_supervisor_exactly_once_through_suspend_a
     wait_for(lambda: http.get(f"{SUPERVISOR}/page_counts/status").json()["payload"]["streamJob"].get("processed")
              == len(events), 30, "the status to count every event")
     assert "page_counts" in http.get(SUPERVISOR).json()
+    wait_for(lambda: metric(http, "druid_ingest_events_processed_total", "page_counts") == len(events), 30,
+             "the job's metrics")
+    assert metric(http, "druid_ingest_stream_state_rows", "page_counts") >= 0
+    assert metric(http, "druid_ingest_rows_output_total", "page_counts") == len(expected)
 
     # suspended, the job's task stops; events arriving meanwhile are counted once it resumes, with the open
     # window of minute 10 (its state kept in the checkpoint) counted whole
