@@ -778,8 +778,8 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             log(f"kept {work_dir}")
         else:
             shutil.rmtree(work_dir, ignore_errors=True)
-    return {"benchmark": "stream_jobs", "partitions": args.partitions, "runs": args.runs, "batches": args.batches,
-            "event_rate": args.event_rate, **results, "machine": machine()}
+    return {"benchmark": "stream_jobs", "smoke": args.smoke, "partitions": args.partitions, "runs": args.runs,
+            "batches": args.batches, "event_rate": args.event_rate, **results, "machine": machine()}
 
 
 def main() -> None:
@@ -807,7 +807,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.smoke:
         args.events, args.join_events, args.runs, args.batches, args.warmup_events = 20_000, 10_000, 1, 4, 0
-        args.latency_seconds, args.latency_rate = 22.0, 2_000.0
+        args.latency_seconds, args.latency_rate = 15.0, 2_000.0
     args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     if unknown := set(args.sections) - set(SECTIONS):
         parser.error(f"unknown sections {sorted(unknown)}")

@@ -32,6 +32,7 @@ from sluice.stream.topology import (
     Distinct,
     Filter,
     FlatMap,
+    Fold,
     Join,
     KafkaSink,
     KafkaSource,
@@ -213,10 +214,19 @@ class _Aggregating(_Stream):
     def avg(self, field: str, name: str | None = None, *, ttl: Duration | None = None) -> RStream:
         return self.aggregate(**{name or f"avg_{field}": ("avg", field)}, ttl=ttl)
 
-    def aggregate(self, ttl: Duration | None = None, **aggregators: tuple[str, str | None]) -> RStream:
-        """Several aggregators at once: ``aggregate(cnt=("count", None), total=("sum", "price"))``."""
-        op = Aggregate(tuple(Aggregator(kind, name, field) for name, (kind, field) in aggregators.items()),
-                       millis(ttl) if ttl is not None else 0)
+    def aggregate(self, init: Callable[[], Any] | None = None, add: Callable[[Any, dict[str, Any]], Any] | None = None,
+                  *, name: str = "aggregate", type: str = "double", ttl: Duration | None = None,
+                  **aggregators: tuple[str, str | None]) -> RStream:
+        """Several aggregators at once, ``aggregate(cnt=("count", None), total=("sum", "price"))``; or a Python fold,
+        ``aggregate(lambda: 0.0, lambda acc, row: acc + row["price"], name="total")`` (RocketMQ Streams'
+        Accumulator: ``add`` sees the records in event-time order; the result is a ``type`` column)."""
+        ttl_ms = millis(ttl) if ttl is not None else 0
+        if init is not None or add is not None:
+            if init is None or add is None or aggregators:
+                raise StreamJobError("aggregate", "a fold needs both init and add, and no other aggregator")
+            return RStream(self.builder, self._then(Aggregate((), ttl_ms, Fold(init, add, name, type))))
+        op = Aggregate(tuple(Aggregator(kind, agg_name, field) for agg_name, (kind, field) in aggregators.items()),
+                       ttl_ms)
         return RStream(self.builder, self._then(op))
 
 

@@ -33,7 +33,7 @@ from pyspark.sql.types import (
 
 from sluice.spec.expressions import compile_expression, quote_identifier
 from sluice.stream import kafka_ranges
-from sluice.stream.processors import EVENT_TIME, SIDE, TableJoinProcessor, TtlAggregateProcessor
+from sluice.stream.processors import EVENT_TIME, SIDE, FoldProcessor, TableJoinProcessor, TtlAggregateProcessor
 from sluice.stream.topology import (
     TIME,
     WINDOW_END,
@@ -42,6 +42,7 @@ from sluice.stream.topology import (
     Distinct,
     Filter,
     FlatMap,
+    Fold,
     Join,
     KafkaSource,
     KeyBy,
@@ -63,6 +64,8 @@ __all__ = ["CompiledJob", "INPUT_METRICS", "compile_job", "spark_type"]
 #: the name of the observed metrics of a pipeline's source (`processed`, `unparseable`, `thrownAway`)
 INPUT_METRICS = "sluice_input"
 _CORRUPT = "__corrupt"
+#: a window's records, for a Python fold
+_RECORDS = "__records"
 #: parse-exception messages kept per batch (the task report shows the latest few)
 SAMPLES = 5
 _SPARK_TYPES: dict[str, DataType] = {
@@ -176,21 +179,60 @@ def _event_time_sql(source: KafkaSource) -> str:
 
 
 def _aggregate(rows: DataFrame, op: Aggregate, key: list[str], window: Window | None) -> DataFrame:
+    if op.fold is not None:
+        return _fold(rows, op.fold, key, window, op.ttl_ms)
     measures = [_aggregator(a.kind, a.field).alias(a.name) for a in op.aggregators]
     names = [a.name for a in op.aggregators]
     if window is None and op.ttl_ms:
         return _ttl_aggregate(rows, op, key)
     if window is None:
         return rows.groupBy(*key).agg(*measures)
-    rows = rows.withWatermark(TIME, _ms(window.lateness_ms))
+    bucket, end = _window_columns(window)
+    return (rows.withWatermark(TIME, _ms(window.lateness_ms)).groupBy(bucket.alias("__window"), *key).agg(*measures)
+            .select(F.col("__window.start").alias(WINDOW_START), end.alias(WINDOW_END), *key, *names))
+
+
+def _window_columns(window: Window) -> tuple[Column, Column]:
+    """The window to group on (as `__window`), and the end its results report."""
     end = F.col("__window.end")
     if window.kind == "session":
         bucket = F.session_window(TIME, _ms(window.gap_ms))
         end = end - F.expr(f"INTERVAL {window.gap_ms} MILLISECONDS")  # Kafka's session end: its last record
     else:
         bucket = F.window(TIME, _ms(window.size_ms), _ms(window.slide_ms))
-    return (rows.groupBy(bucket.alias("__window"), *key).agg(*measures)
-            .select(F.col("__window.start").alias(WINDOW_START), end.alias(WINDOW_END), *key, *names))
+    return bucket, end
+
+
+def _fold(rows: DataFrame, fold: Fold, key: list[str], window: Window | None, ttl_ms: int) -> DataFrame:
+    """A Python fold: over a window, Spark keeps the window's records (in its state, until the window closes)
+    and the fold runs on them when the window is written; without a window, the accumulator itself is the
+    key's state."""
+    result = StructField(fold.name, spark_type(fold.type))
+    if window is None:
+        inputs = rows.withColumnRenamed(TIME, EVENT_TIME)
+        output = StructType([*(rows.schema[k] for k in key), result])
+        processor = FoldProcessor(fold.init, fold.add, key, EVENT_TIME, TIME, output, ttl_ms)
+        return inputs.groupBy(*key).transformWithStateInPandas(
+            processor, output, "Update", "ProcessingTime" if ttl_ms else "None")
+    bucket, end = _window_columns(window)
+    records = F.sort_array(F.collect_list(F.struct(TIME, *(c for c in rows.columns if c != TIME))))  # by time
+    windows = (rows.withWatermark(TIME, _ms(window.lateness_ms)).groupBy(bucket.alias("__window"), *key)
+               .agg(records.alias(_RECORDS))
+               .select(F.col("__window.start").alias(WINDOW_START), end.alias(WINDOW_END), *key, _RECORDS))
+    output = StructType([windows.schema[WINDOW_START], windows.schema[WINDOW_END], *(windows.schema[k] for k in key),
+                         result])
+    init, add = fold.init, fold.add
+
+    def fold_rows(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        folded = []
+        for row in batch:
+            accumulator = init()
+            for record in row.pop(_RECORDS):
+                accumulator = add(accumulator, record)
+            folded.append({**row, fold.name: accumulator})
+        return folded
+
+    return _python_rows(windows, fold_rows, output)
 
 
 def _ttl_aggregate(rows: DataFrame, op: Aggregate, key: list[str]) -> DataFrame:

@@ -295,7 +295,7 @@ def _pipeline_json(pipeline: t.Pipeline) -> dict[str, Any]:
 
 def _operator_json(index: int, op: t.Operator) -> dict[str, Any]:
     python = isinstance(op, t.FlatMap) or (isinstance(op, t.Filter) and callable(op.condition)) or \
-        (isinstance(op, t.Map) and op.function is not None)
+        (isinstance(op, t.Map) and op.function is not None) or (isinstance(op, t.Aggregate) and op.fold is not None)
     if python:
         raise t.StreamJobError(f"operator {index} ({type(op).__name__.lower()})",
                                "a Python function cannot go into a JSON spec; write it as a Druid expression")

@@ -2,6 +2,7 @@
 
 - keyed aggregations whose state expires when a key has been quiet for a while (Kafka Streams' and RocketMQ
   Streams' non-windowed aggregations, with a TTL so state does not grow forever);
+- a Python fold per key (an accumulator of the user's, pickled in state);
 - a stream joined with a table (Kafka Streams' KStream-KTable join, RocketMQ Streams' join without a window):
   each table record replaces its key's row, and each stream record is joined with the row its key has when the
   record arrives (records of one micro-batch in event-time order, table records first on a tie).
@@ -10,14 +11,15 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import DataType, DoubleType, IntegerType, LongType, StructField, StructType
+from pyspark import cloudpickle
+from pyspark.sql.types import BinaryType, DataType, DoubleType, IntegerType, LongType, StructField, StructType
 
-__all__ = ["EVENT_TIME", "SIDE", "TableJoinProcessor", "TtlAggregateProcessor"]
+__all__ = ["EVENT_TIME", "SIDE", "FoldProcessor", "TableJoinProcessor", "TtlAggregateProcessor"]
 
 #: the column that tells a table record ("T") from a stream record ("S") in a table join's input; the processors'
 #: columns have no leading underscores, which pyspark's pandas conversion renames to their position (`_3`)
@@ -78,6 +80,32 @@ def _plain(value: Any, kind: DataType) -> Any:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
     return int(value) if isinstance(kind, (LongType, IntegerType)) else value
+
+
+class FoldProcessor(StatefulProcessor):
+    """A user's ``add(accumulator, row)`` per key, the accumulator pickled in state; rows in event-time order."""
+
+    def __init__(self, init: Callable[[], Any], add: Callable[[Any, dict[str, Any]], Any], key: Sequence[str],
+                 time_field: str, time_name: str, output: StructType, ttl_ms: int) -> None:
+        self.init_value, self.add, self.key, self.output, self.ttl_ms = init, add, list(key), output, ttl_ms
+        self.time_field, self.time_name = time_field, time_name
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.accumulator = handle.getValueState("accumulator", StructType([StructField("pickled", BinaryType())]),
+                                                self.ttl_ms or None)
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
+        batch = pd.concat(list(rows), ignore_index=True).sort_values(self.time_field, kind="stable")
+        accumulator = cloudpickle.loads(self.accumulator.get()[0]) if self.accumulator.exists() else self.init_value()
+        for record in batch.rename(columns={self.time_field: self.time_name}).to_dict("records"):
+            accumulator = self.add(accumulator, record)
+        self.accumulator.update((cloudpickle.dumps(accumulator),))
+        result = dict(zip(self.key, key))
+        result[self.output.fieldNames()[-1]] = accumulator
+        yield pd.DataFrame([result], columns=self.output.fieldNames())
+
+    def close(self) -> None:
+        pass
 
 
 class TableJoinProcessor(StatefulProcessor):

@@ -29,6 +29,7 @@ __all__ = [
     "Distinct",
     "Filter",
     "FlatMap",
+    "Fold",
     "Join",
     "KafkaSink",
     "KafkaSource",
@@ -145,12 +146,26 @@ class Aggregator:
 
 
 @dataclass(frozen=True)
+class Fold:
+    """A Python aggregation (RocketMQ Streams' Accumulator, Kafka Streams' ``aggregate(initializer, aggregator)``):
+    ``add(accumulator, row)`` over a key's (or window's) records in event-time order, from ``init()``; the result
+    is the output column ``name`` of ``type``."""
+
+    init: Callable[[], Any]
+    add: Callable[[Any, dict[str, Any]], Any]
+    name: str = "aggregate"
+    type: str = "double"
+
+
+@dataclass(frozen=True)
 class Aggregate:
-    """Aggregators over the keyed (and maybe windowed) stream; without a window, an update per changed key, and
-    with ``ttl_ms`` a key's state is dropped once the key has had no record for that long (processing time)."""
+    """Aggregators (or one Python fold) over the keyed (and maybe windowed) stream; without a window, an update per
+    changed key, and with ``ttl_ms`` a key's state is dropped once the key has had no record for that long
+    (processing time)."""
 
     aggregators: tuple[Aggregator, ...]
     ttl_ms: int = 0
+    fold: Fold | None = None
 
 
 @dataclass(frozen=True)
@@ -418,8 +433,8 @@ def _check_window(where: str, window: Window) -> None:
 
 def _aggregate(where: str, op: Aggregate, key: tuple[str, ...], window: Window | None,
                current: Mapping[str, str]) -> dict[str, str]:
-    if not op.aggregators:
-        raise StreamJobError(where, "needs at least one aggregator")
+    if bool(op.aggregators) == (op.fold is not None):
+        raise StreamJobError(where, "needs aggregators, or one Python fold (init, add), not both")
     if op.ttl_ms < 0:
         raise StreamJobError(where, "the state TTL cannot be negative")
     if op.ttl_ms and window is not None:
@@ -427,6 +442,11 @@ def _aggregate(where: str, op: Aggregate, key: tuple[str, ...], window: Window |
                                     "the window closes")
     out = dict.fromkeys((WINDOW_START, WINDOW_END), "timestamp") if window is not None else {}
     out.update({k: current[k] for k in key})
+    if op.fold is not None:
+        _typed(f"{where} aggregate", (SourceColumn(op.fold.name, op.fold.type),))
+        if op.fold.name in out:
+            raise StreamJobError(where, f"the fold's name {op.fold.name!r} is already an output field")
+        out[op.fold.name] = op.fold.type
     for agg in op.aggregators:
         at = f"{where} aggregator {agg.name!r}"
         if agg.kind not in AGGREGATORS:

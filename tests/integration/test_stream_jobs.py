@@ -443,3 +443,30 @@ def test_stream_table_join_meets_the_tables_row_at_arrival(spark: SparkSession, 
     nums.send({"ts": at(2), "name": "alice", "num": 6})  # older than alice's last row, but it arrives after it
     job.process_all_available()
     assert [(r["name"], r["num"], r["age"], r["right_ts"]) for r in out.take()] == [("alice", 6, 31, at(4))]
+
+
+def test_a_python_fold_sees_records_in_event_time_order(spark: SparkSession, kafka_broker: DevKafkaBroker,
+                                                         run) -> None:
+    """RocketMQ Streams' aggregate(Accumulator) / Kafka Streams' aggregate(initializer, aggregator), windowed and
+    not: the items of each customer's window in event-time order, whatever order they arrived in."""
+    feed = Feed(kafka_broker, "fold-orders")
+    windowed, running = Collected(), Collected()
+    builder = StreamBuilder("fold-window")
+    (source(builder, kafka_broker, "fold-orders", customer="string", item="string")
+     .key_by("customer").window(tumbling("PT10S"))
+     .aggregate(lambda: "", lambda basket, row: basket + row["item"], name="basket", type="string").foreach(windowed))
+    other = StreamBuilder("fold-running")
+    (source(other, kafka_broker, "fold-orders", customer="string", item="string")
+     .key_by("customer").aggregate(lambda: 0, lambda n, row: n + len(row["item"]), name="letters", type="long")
+     .foreach(running))
+    window_job, running_job = run(builder.build()), run(other.build())
+    feed.send({"ts": at(3), "customer": "c", "item": "c"}, {"ts": at(1), "customer": "c", "item": "a"},
+              {"ts": at(2), "customer": "c", "item": "b"}, {"ts": at(4), "customer": "d", "item": "xy"})
+    window_job.process_all_available()
+    running_job.process_all_available()
+    feed.send({"ts": at(5), "customer": "c", "item": "d"}, {"ts": at(25), "customer": "d", "item": "z"})
+    window_job.process_all_available()
+    running_job.process_all_available()
+    assert windows(windowed.rows(), "customer", "basket") == {(0, 10, "c", "abcd"), (0, 10, "d", "xy")}
+    assert [{r["customer"]: r["letters"] for r in batch} for _, batch in sorted(running.batches.items()) if batch] \
+        == [{"c": 3, "d": 2}, {"c": 4, "d": 3}]

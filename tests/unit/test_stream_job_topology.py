@@ -246,3 +246,20 @@ def test_table_joins_and_state_ttls_in_both_front_ends() -> None:
     clicks(aggregating_table).join_table(table, on="user").print()
     with pytest.raises(StreamJobError, match="a table's pipeline may only filter and map"):
         aggregating_table.build()
+
+
+def test_a_python_fold_is_one_typed_column_and_stays_out_of_json() -> None:
+    builder = StreamBuilder("fold")
+    clicks(builder).key_by("page").window(tumbling(10)).aggregate(lambda: 0, lambda n, row: n + 1, name="n",
+                                                                  type="long").print()
+    job = builder.build()
+    assert output_fields(job.pipeline) == {"window_start": "timestamp", "window_end": "timestamp", "page": "string",
+                                           "n": "long"}
+    with pytest.raises(StreamJobError, match="operator 2 .*a Python function cannot go into a JSON spec"):
+        job_to_json(job)
+    with pytest.raises(StreamJobError, match="a fold needs both init and add"):
+        clicks(StreamBuilder("half")).key_by("page").aggregate(lambda: 0)
+    bad = StreamBuilder("bad-type")
+    clicks(bad).key_by("page").aggregate(lambda: 0, lambda n, row: n, type="list").print()
+    with pytest.raises(StreamJobError, match="type must be one of"):
+        bad.build()
