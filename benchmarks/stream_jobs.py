@@ -19,8 +19,9 @@ not cost throughput. So each job runs twice over the same topics in the same Spa
   Both sinks collect each batch's rows to the driver and count them. Both read at most ``N / --batches`` records
   per micro-batch, so the job runs as a stream does, batch after batch with state carried over, and not as one
   giant batch. Timed: from building the query until ``processAllAvailable`` returns (every record read, every
-  window the watermark allows written), best of ``--runs`` runs, the variants' order alternating between runs
-  so that neither always goes first into a cold JVM.
+  window the watermark allows written), after an untimed warm-up run of each variant on a small topic (the
+  session's first streaming query runs its batches 2-3 times slower), best of ``--runs`` runs, the variants'
+  order alternating between runs (the JVM keeps getting faster for a few queries more).
 
   3. ``latency``: a producer thread writes events stamped with the wall clock at ``--latency-rate`` events/s for
      ``--latency-seconds`` while Sluice's windowed count runs with ``trigger_interval`` ``--trigger``. A window's
@@ -51,6 +52,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from common import emit, log, machine, percentile, ratio
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -58,9 +61,6 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from sluice.dev.tansu import DevKafkaBroker
-
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 #: event times of the pre-produced topics start here (aligned to every window)
 EPOCH_MS = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1000)
