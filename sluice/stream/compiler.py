@@ -66,7 +66,7 @@ INPUT_METRICS = "sluice_input"
 _CORRUPT = "__corrupt"
 #: a window's records, for a Python fold
 _RECORDS = "__records"
-#: parse-exception messages kept per batch (the task report shows the latest few)
+#: parse-exception messages the task report shows (the latest; each batch gives its first and last)
 SAMPLES = 5
 _SPARK_TYPES: dict[str, DataType] = {
     "string": StringType(), "long": LongType(), "double": DoubleType(), "boolean": BooleanType(),
@@ -134,7 +134,8 @@ def _source(spark: SparkSession, source: KafkaSource, observe: str) -> DataFrame
     reader = (spark.readStream.format(kafka_ranges.SOURCE_NAME)
               .option("topic", source.topic)
               .option("consumerProperties", json.dumps(dict(source.consumer_properties)))
-              .option("startingOffsets", "earliest" if source.use_earliest_offset else "latest"))
+              .option("startingOffsets", "earliest" if source.use_earliest_offset else "latest")
+              .option("columns", "timestamp,value"))
     if source.max_records_per_trigger is not None:
         reader = reader.option("maxRecordsPerTrigger", source.max_records_per_trigger)
     raw = reader.load()
@@ -149,18 +150,19 @@ def _source(spark: SparkSession, source: KafkaSource, observe: str) -> DataFrame
                     {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}).alias("r"),
         F.col("timestamp").alias("__kafka_time"),
         F.col("value").isNull().alias("__tombstone"),
-        F.col("value").cast("string").alias("__message"),
+        F.col("value").alias("__message"),
     ).select("r.*", "__kafka_time", "__tombstone", "__message")
     parsed = parsed.withColumn(TIME, F.expr(_event_time_sql(source)))
     unparseable = ~F.col("__tombstone") & (F.col(_CORRUPT).isNotNull() | F.col(TIME).isNull())
-    # Druid's parse-exception messages, for the report's samples
+    # Druid's parse-exception messages, built for the bad rows only: the first and last of a batch are its samples
     reason = (F.when(F.col(_CORRUPT).isNotNull(), F.concat(F.lit("Unable to parse row ["), F.col(_CORRUPT), F.lit("]")))
               .when(unparseable, F.concat(F.lit("Timestamp["), F.coalesce(_raw_time(source), F.lit("null")),
-                                          F.lit("] is unparseable! Event: "), F.col("__message"))))
+                                          F.lit("] is unparseable! Event: "), F.col("__message").cast("string"))))
+    samples = F.array(F.first(reason, ignorenulls=True), F.last(reason, ignorenulls=True))
     parsed = parsed.observe(observe, F.count(F.lit(1)).alias("processed"),
                             F.count(F.when(unparseable, 1)).alias("unparseable"),
                             F.count(F.when(F.col("__tombstone"), 1)).alias("thrownAway"),
-                            F.slice(F.collect_list(reason), 1, SAMPLES).alias("samples"))
+                            F.array_distinct(F.array_compact(samples)).alias("samples"))
     return parsed.filter(~F.col("__tombstone") & ~unparseable).select(*(c.name for c in source.columns), TIME)
 
 

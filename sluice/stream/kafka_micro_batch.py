@@ -12,7 +12,7 @@ Options, beside ``topic`` and ``consumerProperties`` (JSON) as for a batch read:
   missed;
 - ``maxRecordsPerTrigger``: at most this many records per micro-batch, spread over the partitions in
   proportion to their backlog (Spark's ``ReadMaxRows``);
-- ``maxRecordsPerSplit``, ``readTimeoutMs``, ``inputFormat`` and ``fields`` as in ``kafka_ranges``.
+- ``maxRecordsPerSplit``, ``readTimeoutMs``, ``inputFormat`` and ``fields``, ``columns`` as in ``kafka_ranges``.
 """
 
 from __future__ import annotations
@@ -25,12 +25,11 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from sluice.stream.kafka_ranges import (
     DEFAULT_READ_TIMEOUT_S,
-    MessageDecoder,
     OffsetRange,
     consumer_properties_option,
-    format_options,
     read_offset_range,
     required_option,
+    schema_and_decoder,
     split_ranges,
 )
 
@@ -69,8 +68,7 @@ class KafkaMicroBatchReader(DataSourceStreamReader):
         self.max_records_per_split = int(options["maxRecordsPerSplit"]) if options.get("maxRecordsPerSplit") else None
         read_timeout_ms = options.get("readTimeoutMs")
         self.read_timeout = int(read_timeout_ms) / 1000 if read_timeout_ms else DEFAULT_READ_TIMEOUT_S
-        input_format, fields = format_options(options)
-        self.decoder = None if input_format is None else MessageDecoder(input_format, fields)
+        self.decoder = schema_and_decoder(options)[1]
         self._stream: Any = None
 
     def __getstate__(self) -> dict[str, Any]:

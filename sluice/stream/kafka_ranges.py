@@ -208,16 +208,49 @@ def read_offset_range(
         consumer.close()
 
 
-def _to_batch(arrow_schema: pa.Schema, partition: int, records: list[Any]) -> pa.RecordBatch:
-    """Columns of consumed messages; Kafka timestamps are epoch ms, with type 0 meaning none."""
+class MessageColumns:
+    """Some of :data:`SCHEMA`'s columns only (option ``columns``): a stream job reads the values and timestamps,
+    and every column costs the reader Python work per message."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        if unknown := sorted(set(names) - set(SCHEMA.fieldNames())):
+            raise ValueError(f'option "columns": {unknown} are not among {SCHEMA.fieldNames()}')
+        self.schema = StructType([f for f in SCHEMA.fields if f.name in names])
+        self._arrow_schema: pa.Schema | None = None
+
+    def __call__(self, partition: int, records: list[Any]) -> pa.RecordBatch:
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        if self._arrow_schema is None:
+            self._arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
+        columns = {
+            "partition": lambda: pa.array([partition] * len(records), pa.int32()),
+            "offset": lambda: pa.array([record.offset() for record in records], pa.int64()),
+            "timestamp": lambda: _timestamps(records).cast(self._arrow_schema.field("timestamp").type),
+            "value": lambda: pa.array([record.value() for record in records], pa.binary()),
+        }
+        return pa.RecordBatch.from_arrays([columns[name]() for name in self.schema.fieldNames()],
+                                          schema=self._arrow_schema)
+
+
+def _timestamps(records: list[Any]) -> pa.Array:
+    """Kafka timestamps are epoch ms, with type 0 meaning none."""
     import pyarrow as pa
 
-    stamps = [stamp if kind else None for kind, stamp in (record.timestamp() for record in records)]
+    return pa.array([stamp if kind else None for kind, stamp in (record.timestamp() for record in records)],
+                    pa.timestamp("ms", tz="UTC"))
+
+
+def _to_batch(arrow_schema: pa.Schema, partition: int, records: list[Any]) -> pa.RecordBatch:
+    """Columns of consumed messages."""
+    import pyarrow as pa
+
     return pa.RecordBatch.from_arrays(
         [
             pa.array([partition] * len(records), pa.int32()),
             pa.array([record.offset() for record in records], pa.int64()),
-            pa.array(stamps, pa.timestamp("ms", tz="UTC")).cast(arrow_schema.field("timestamp").type),
+            _timestamps(records).cast(arrow_schema.field("timestamp").type),
             pa.array([record.value() for record in records], pa.binary()),
         ],
         schema=arrow_schema,
@@ -236,6 +269,18 @@ def consumer_properties_option(options: Mapping[str, str]) -> dict[str, Any]:
     if not isinstance(properties, dict):
         raise ValueError('option "consumerProperties" must be a JSON object')
     return properties
+
+
+def schema_and_decoder(options: Mapping[str, str]) -> tuple[StructType, Callable[[int, list[Any]], pa.RecordBatch] | None]:
+    """The records' schema and the decoder that makes them, from the ``inputFormat`` / ``fields`` or ``columns``
+    options; no decoder for :data:`SCHEMA` itself."""
+    input_format, fields = format_options(options)
+    decoder: MessageDecoder | MessageColumns | None = None
+    if input_format is not None:
+        decoder = MessageDecoder(input_format, fields)
+    elif options.get("columns"):
+        decoder = MessageColumns(options["columns"].split(","))
+    return (SCHEMA, None) if decoder is None else (decoder.schema, decoder)
 
 
 def format_options(options: Mapping[str, str]) -> tuple[Any, list[str]]:
@@ -395,8 +440,7 @@ class _KafkaRangeReader(DataSourceReader):
         self.max_records = int(max_records) if max_records else None
         read_timeout_ms = options.get("readTimeoutMs")
         self.read_timeout = int(read_timeout_ms) / 1000 if read_timeout_ms else DEFAULT_READ_TIMEOUT_S
-        input_format, fields = format_options(options)
-        self.decoder = None if input_format is None else MessageDecoder(input_format, fields)
+        self.decoder = schema_and_decoder(options)[1]
 
     def partitions(self) -> list[InputPartition]:
         return split_ranges(self.ranges, self.max_records)
@@ -410,15 +454,15 @@ class _KafkaRangeReader(DataSourceReader):
 
 class KafkaRangeDataSource(DataSource):
     """Options: ``topic``, ``consumerProperties`` (JSON) and ``ranges`` (JSON); optional ``maxRecordsPerSplit``,
-    ``readTimeoutMs`` (default 30000), and ``inputFormat`` with ``fields`` (the module's shapes)."""
+    ``readTimeoutMs`` (default 30000), ``inputFormat`` with ``fields`` (the module's shapes), or ``columns`` (some of
+    :data:`SCHEMA`'s, comma-separated)."""
 
     @classmethod
     def name(cls) -> str:
         return SOURCE_NAME
 
     def schema(self) -> StructType:
-        input_format, fields = format_options(self.options)
-        return SCHEMA if input_format is None else source_schema(input_format, fields)
+        return schema_and_decoder(self.options)[0]
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return _KafkaRangeReader(self.options)
