@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import shutil
 from datetime import UTC, datetime
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from sluice.emitter import metrics
 from sluice.metadata.offsets import StreamOffsets
@@ -19,6 +19,10 @@ from sluice.segment.segment import DataSegment, numbered_shard_spec
 from sluice.task import actions
 from sluice.task.sequences import SequenceMetadata
 from sluice.task.task import TaskFailure
+
+if TYPE_CHECKING:
+    from sluice.spec.granularity import Granularity
+    from sluice.task.pipeline import SegmentFile
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +44,10 @@ class SequencePublisher:
             files = self._pipeline.merge([toolbox.task_dir / p for p in sequence.persists],
                                          schema.granularity_spec.segment_granularity,
                                          tuning.effective_max_rows_per_segment(), staging)
-            previous: str | None = None
-            for file in files:
-                segment = self._push(sequence, file, previous)
-                previous = str(segment.id)
-                segments.append(segment)
+            segments = append_segments(toolbox, schema.data_source, files, schema.granularity_spec.segment_granularity,
+                                       sequence.sequence_name, spec.lock_type,
+                                       [d.name for d in schema.dimensions_spec.dimensions],
+                                       [m.to_json() for m in schema.metrics_spec])
         topic = spec.ingestion.io_config.topic
         start = StreamOffsets(topic, dict(sequence.start_offsets))
         end = StreamOffsets(topic, dict(sequence.end_offsets))
@@ -58,26 +61,6 @@ class SequencePublisher:
         log.info("task %s published sequence %s: %d segments, offsets %s -> %s", spec.id, sequence.sequence_name,
                  len(segments), start.offsets, end.offsets)
         return segments
-
-    def _push(self, sequence: SequenceMetadata, file: Any, previous: str | None) -> DataSegment:
-        spec, toolbox = self._task.spec, self._task.toolbox
-        schema = spec.ingestion.data_schema
-        bucket = datetime.fromtimestamp(file.bucket_start_millis / 1000, UTC)
-        segment_id = actions.allocate_segment(toolbox.actions, schema.data_source, bucket,
-                                              schema.granularity_spec.segment_granularity, sequence.sequence_name,
-                                              previous, spec.lock_type)
-        # replicas push the same segment id; unique paths keep a losing replica from touching the winner's file
-        load_spec = toolbox.deep_storage.push(file.path, segment_id, unique_path=True)
-        return DataSegment(
-            id=segment_id,
-            dimensions=[d.name for d in schema.dimensions_spec.dimensions],
-            metrics=[m.name for m in schema.metrics_spec],
-            aggregators=[m.to_json() for m in schema.metrics_spec],
-            shard_spec=numbered_shard_spec(segment_id.partition_num),
-            num_rows=file.num_rows,
-            size=file.path.stat().st_size,
-            load_spec=load_spec,
-        )
 
     def _commit(self, segments: list[DataSegment], start: StreamOffsets, end: StreamOffsets,
                 stopping: Callable[[], bool]) -> None:
@@ -106,6 +89,26 @@ class SequencePublisher:
             return False
         used = {str(s.id) for s in self._task.toolbox.metadata.used_segments(self._task.spec.data_source)}
         return all(str(s.id) in used for s in segments)
+
+
+def append_segments(toolbox: Any, data_source: str, files: Sequence[SegmentFile], granularity: Granularity,
+                    sequence_name: str, lock_type: str, dimensions: list[str],
+                    aggregators: list[dict[str, Any]]) -> list[DataSegment]:
+    """`files` as segments appended to their time chunks: each id allocated after the one before in the sequence
+    (so replicas, and a sequence published again, get the same ids), each file pushed to deep storage."""
+    segments: list[DataSegment] = []
+    previous: str | None = None
+    for file in files:
+        bucket = datetime.fromtimestamp(file.bucket_start_millis / 1000, UTC)
+        segment_id = actions.allocate_segment(toolbox.actions, data_source, bucket, granularity, sequence_name,
+                                              previous, lock_type)
+        previous = str(segment_id)
+        # replicas push the same segment id; unique paths keep a losing replica from touching the winner's file
+        load_spec = toolbox.deep_storage.push(file.path, segment_id, unique_path=True)
+        segments.append(DataSegment(id=segment_id, dimensions=dimensions, metrics=[a["name"] for a in aggregators],
+                                    aggregators=aggregators, shard_spec=numbered_shard_spec(segment_id.partition_num),
+                                    num_rows=file.num_rows, size=file.path.stat().st_size, load_spec=load_spec))
+    return segments
 
 
 def already_committed(stored: StreamOffsets | None, sequence: SequenceMetadata) -> bool:

@@ -25,13 +25,13 @@ from pyspark.sql import functions as F
 from sluice.emitter import metrics
 from sluice.metadata.offsets import StreamOffsets
 from sluice.segment.deep_storage import LocalDeepStorage
-from sluice.segment.segment import DataSegment, numbered_shard_spec
 from sluice.spec.granularity import parse_granularity
 from sluice.stream.job_spec import StreamJobSpec, parse_stream_job_spec
 from sluice.stream.runner import JobStatus, RunningJob, start_job
 from sluice.stream.topology import TIME, WINDOW_END, WINDOW_START, DataSourceSink, StreamJob, output_fields
 from sluice.task import actions
 from sluice.task.pipeline import write_segment_files
+from sluice.task.publisher import append_segments
 from sluice.task.task import TaskFailure, TaskStatus, random_id_part, run_to_status
 from sluice.task.toolbox import TaskToolbox
 
@@ -196,7 +196,10 @@ class DataSourceBatchWriter:
                                                                    self.dimensions),
                             *(F.col(m) for m in self.metrics))
         files = write_segment_files(rows, self.granularity, MAX_ROWS_PER_SEGMENT, staging)
-        segments = self._push(files, batch_id)
+        aggregators = [{"type": "longSum" if kind == "long" else "doubleSum", "name": name, "fieldName": name}
+                       for name, kind in self.metrics.items()]
+        segments = append_segments(self.toolbox, data_source, files, self.granularity, f"{self.stream}_{batch_id}",
+                                   "APPEND", self.dimensions, aggregators)
         if segments:
             start = stored if stored is not None else StreamOffsets(self.stream, {0: 0})
             result = actions.publish_segments(self.toolbox.actions, data_source, segments, start,
@@ -211,18 +214,3 @@ class DataSourceBatchWriter:
             for interval in sorted({str(s.interval) for s in segments}):
                 self.toolbox.actions.submit({"type": "lockRelease", "interval": interval})
         shutil.rmtree(staging, ignore_errors=True)
-
-    def _push(self, files: list[Any], batch_id: int) -> list[DataSegment]:
-        aggregators = [{"type": "longSum" if kind == "long" else "doubleSum", "name": name, "fieldName": name}
-                       for name, kind in self.metrics.items()]
-        segments, previous = [], None
-        for file in files:
-            bucket = datetime.fromtimestamp(file.bucket_start_millis / 1000, UTC)
-            segment_id = actions.allocate_segment(self.toolbox.actions, self.sink.data_source, bucket,
-                                                  self.granularity, f"{self.stream}_{batch_id}", previous, "APPEND")
-            previous = str(segment_id)
-            load_spec = self.toolbox.deep_storage.push(file.path, segment_id, unique_path=True)
-            segments.append(DataSegment(id=segment_id, dimensions=self.dimensions, metrics=list(self.metrics),
-                                        aggregators=aggregators, shard_spec=numbered_shard_spec(segment_id.partition_num),
-                                        num_rows=file.num_rows, size=file.path.stat().st_size, load_spec=load_spec))
-        return segments
