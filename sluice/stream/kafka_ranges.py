@@ -219,19 +219,11 @@ class MessageColumns:
         self._arrow_schema: pa.Schema | None = None
 
     def __call__(self, partition: int, records: list[Any]) -> pa.RecordBatch:
-        import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
 
         if self._arrow_schema is None:
             self._arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
-        columns = {
-            "partition": lambda: pa.array([partition] * len(records), pa.int32()),
-            "offset": lambda: pa.array([record.offset() for record in records], pa.int64()),
-            "timestamp": lambda: _timestamps(records).cast(self._arrow_schema.field("timestamp").type),
-            "value": lambda: pa.array([record.value() for record in records], pa.binary()),
-        }
-        return pa.RecordBatch.from_arrays([columns[name]() for name in self.schema.fieldNames()],
-                                          schema=self._arrow_schema)
+        return _to_batch(self._arrow_schema, partition, records)
 
 
 def _timestamps(records: list[Any]) -> pa.Array:
@@ -243,18 +235,16 @@ def _timestamps(records: list[Any]) -> pa.Array:
 
 
 def _to_batch(arrow_schema: pa.Schema, partition: int, records: list[Any]) -> pa.RecordBatch:
-    """Columns of consumed messages."""
+    """The columns of :data:`SCHEMA` that ``arrow_schema`` names, of consumed messages."""
     import pyarrow as pa
 
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([partition] * len(records), pa.int32()),
-            pa.array([record.offset() for record in records], pa.int64()),
-            _timestamps(records).cast(arrow_schema.field("timestamp").type),
-            pa.array([record.value() for record in records], pa.binary()),
-        ],
-        schema=arrow_schema,
-    )
+    columns = {
+        "partition": lambda: pa.array([partition] * len(records), pa.int32()),
+        "offset": lambda: pa.array([record.offset() for record in records], pa.int64()),
+        "timestamp": lambda: _timestamps(records).cast(arrow_schema.field("timestamp").type),
+        "value": lambda: pa.array([record.value() for record in records], pa.binary()),
+    }
+    return pa.RecordBatch.from_arrays([columns[name]() for name in arrow_schema.names], schema=arrow_schema)
 
 
 def required_option(options: Mapping[str, str], name: str) -> str:
