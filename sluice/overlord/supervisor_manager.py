@@ -63,9 +63,8 @@ class SupervisorManager:
                 return
             self._supervisors.pop(spec.id, None)
         state = old.stop(graceful=True) if old is not None else None
-        if state is not None and (not isinstance(old, StreamSupervisor) or not isinstance(spec, KafkaSupervisorSpec)
-                                  or old.spec.spec.io_config.topic != spec.spec.io_config.topic):
-            state = None  # offsets of another stream (or a stream job's checkpoint) mean nothing here
+        if state is not None and old.spec.spec.io_config.topic != spec.spec.io_config.topic:
+            state = None  # offsets of another stream mean nothing here (and a stream job has its own checkpoint)
         self._metadata.insert_supervisor(spec.id, spec.to_json())
         self._start(spec, state)
 
@@ -113,8 +112,7 @@ class SupervisorManager:
     def checkpoint(self, spec_id: str, task_group_id: int, start: StreamOffsets) -> bool:
         """A task's checkpoint request (the checkPointDataSourceMetadata task action), for its supervisor."""
         supervisor = self.get(spec_id)
-        if supervisor is None or start.stream != supervisor.spec.spec.io_config.topic or \
-                isinstance(supervisor, StreamJobSupervisor):
+        if supervisor is None or start.stream != supervisor.spec.spec.io_config.topic:
             log.warning("checkpoint for supervisor %s refused: no such supervisor of stream %s", spec_id, start.stream)
             return False
         return supervisor.checkpoint(task_group_id, dict(start.offsets))
