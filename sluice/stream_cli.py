@@ -1,7 +1,7 @@
 """`sluice stream run JOB`: run a stream job (``job.json``, or ``job.py`` building one with the DSL), with a live
 status line.
 
-A job that writes to a data source runs where data sources are: it is submitted to a Sluice node (``--url``) as a
+A job that writes to a data source, or reads one as a table, runs where data sources are: it is submitted to a Sluice node (``--url``) as a
 supervisor, and the line follows its status there (Ctrl-C stops following; the job runs on until it is suspended
 or terminated). Any other job runs here, in this process's Spark, its checkpoint under ``--checkpoint-dir``, until
 Ctrl-C or ``--duration``.
@@ -24,7 +24,7 @@ from rich.live import Live
 
 from sluice.spec.errors import SpecError
 from sluice.stream.builder import StreamBuilder
-from sluice.stream.topology import DataSourceSink, StreamJob, StreamJobError
+from sluice.stream.topology import StreamJob, StreamJobError, needs_node
 
 RAN, FAILED, REFUSED = 0, 1, 2
 SUPERVISOR = "/druid/indexer/v1/supervisor"
@@ -53,7 +53,7 @@ def run(path: Path, *, url: str, checkpoint_dir: Path, reset: bool = False, dura
     except (StreamJobError, SpecError, OSError, ValueError) as error:
         console.print(f"[red]{path}:[/red] {error}")
         return REFUSED
-    if isinstance(job.sink, DataSourceSink):
+    if needs_node(job):
         return _submit_and_follow(job, url, reset, duration_s, console)
     return _run_here(job, checkpoint_dir, reset, duration_s, spark_master, console)
 

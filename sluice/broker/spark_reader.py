@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["SOURCE_NAME", "ReadOptions", "SegmentInputPartition", "SluiceDataSource", "plan_partitions",
-           "push_time_filters", "register", "spark_schema"]
+           "push_time_filters", "read_segment", "register", "spark_schema"]
 
 SOURCE_NAME = "sluice"
 TIME_COLUMN = "__time"
@@ -272,10 +272,10 @@ class _SegmentReader(DataSourceReader):
         if not isinstance(partition, SegmentInputPartition):
             # Spark replaces an empty plan with one placeholder InputPartition(None): nothing to read.
             return iter(())
-        return _read_segment(_fetch(self.options, partition), partition, self.schema)
+        return read_segment(_fetch(self.options, partition), partition, self.schema)
 
 
-def _read_segment(path: str, partition: SegmentInputPartition, schema: StructType) -> Iterator[pa.RecordBatch]:
+def read_segment(path: str, partition: SegmentInputPartition, schema: StructType) -> Iterator[pa.RecordBatch]:
     """The rows of one segment file within the partition's ranges, as batches of exactly ``schema``."""
     target = to_arrow_schema(schema, timezone="UTC")
     dataset = ds.dataset(path, format="parquet")

@@ -87,6 +87,11 @@ class DeepStorage(ABC):
             "expected file:///abs/dir, a plain path or s3://bucket/prefix"
         )
 
+    @property
+    @abstractmethod
+    def uri(self) -> str:
+        """What `from_uri` builds this storage from again (S3's client options come from the environment)."""
+
     @abstractmethod
     def push(self, local_file: Path, segment_id: SegmentId, *, unique_path: bool = False) -> dict[str, Any]:
         """Copy a finished segment file into deep storage and return its loadSpec."""
@@ -105,6 +110,10 @@ class LocalDeepStorage(DeepStorage):
 
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
+
+    @property
+    def uri(self) -> str:
+        return self.root.as_uri()
 
     def push(self, local_file: Path, segment_id: SegmentId, *, unique_path: bool = False) -> dict[str, Any]:
         target = self.root / storage_dir(segment_id, unique_path) / SEGMENT_FILE_NAME
@@ -141,6 +150,10 @@ class S3DeepStorage(DeepStorage):
         self.prefix = prefix.strip("/")
         self.cache_max_bytes = cache_max_bytes
         self._fs = filesystem
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
 
     @classmethod
     def connect(cls, bucket: str, prefix: str, options: Mapping[str, Any], *,

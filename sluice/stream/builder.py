@@ -29,6 +29,7 @@ from sluice.stream.topology import (
     CollectSink,
     ConsoleSink,
     DataSourceSink,
+    DataSourceTable,
     Distinct,
     Filter,
     FlatMap,
@@ -103,6 +104,11 @@ class StreamBuilder:
         source = KafkaSource(topic, properties, _columns(columns), column, fmt, use_earliest_offset,
                              max_records_per_trigger)
         return RStream(self, Pipeline(source))
+
+    def table(self, data_source: str, *, columns: Mapping[str, str]) -> RStream:
+        """A Sluice data source's ``columns`` (besides ``__time``), to join a stream with (``join_table``); the job
+        then runs on a node."""
+        return RStream(self, Pipeline(DataSourceTable(data_source, _columns(columns))))
 
     def _finish(self, pipeline: Pipeline, sink: Sink) -> StreamJob:
         if self._job is not None:

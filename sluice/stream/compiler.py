@@ -32,13 +32,15 @@ from pyspark.sql.types import (
 )
 
 from sluice.spec.expressions import compile_expression, quote_identifier
-from sluice.stream import kafka_ranges
-from sluice.stream.processors import EVENT_TIME, SIDE, FoldProcessor, TableJoinProcessor, TtlAggregateProcessor
+from sluice.stream import data_source_table, kafka_ranges
+from sluice.stream.data_source_table import DELETED, NodeStorage
+from sluice.stream.processors import EVENT_TIME, SIDE, TOMBSTONE, FoldProcessor, TableJoinProcessor, TtlAggregateProcessor
 from sluice.stream.topology import (
     TIME,
     WINDOW_END,
     WINDOW_START,
     Aggregate,
+    DataSourceTable,
     Distinct,
     Filter,
     FlatMap,
@@ -50,6 +52,7 @@ from sluice.stream.topology import (
     Pipeline,
     SourceColumn,
     StreamJob,
+    StreamJobError,
     TableJoin,
     Window,
     output_fields,
@@ -88,18 +91,23 @@ class CompiledJob:
     processing_time: bool = False
 
 
-def compile_job(spark: SparkSession, job: StreamJob) -> CompiledJob:
+def compile_job(spark: SparkSession, job: StreamJob, storage: NodeStorage | None = None) -> CompiledJob:
+    """``storage`` is the node's, for a job that reads a data source as a table."""
     kafka_ranges.register(spark)
     operators = job.pipeline.operators
     window = next((op for op in operators if isinstance(op, Window)), None)
     aggregates = any(isinstance(op, Aggregate) for op in operators)
     output_mode = "update" if aggregates and (window is None or window.emit == "update") else "append"
     processing_time = any(isinstance(op, Aggregate) and op.ttl_ms for op in operators)
-    return CompiledJob(_pipeline(spark, job.pipeline, observe=INPUT_METRICS), output_mode, processing_time)
+    return CompiledJob(_pipeline(spark, job.pipeline, INPUT_METRICS, storage), output_mode, processing_time)
 
 
-def _pipeline(spark: SparkSession, pipeline: Pipeline, observe: str) -> DataFrame:
-    rows = _source(spark, pipeline.source, observe)
+def _pipeline(spark: SparkSession, pipeline: Pipeline, observe: str, storage: NodeStorage | None,
+              rows: DataFrame | None = None) -> DataFrame:
+    """The pipeline's operators over ``rows``, by default its Kafka source's."""
+    if rows is None:
+        assert isinstance(pipeline.source, KafkaSource)
+        rows = _source(spark, pipeline.source, observe)
     key: list[str] = []
     window: Window | None = None
     for index, op in enumerate(pipeline.operators):
@@ -123,10 +131,10 @@ def _pipeline(spark: SparkSession, pipeline: Pipeline, observe: str) -> DataFram
             rows = rows.withWatermark(TIME, _ms(op.within_ms)).dropDuplicatesWithinWatermark(list(op.fields))
         elif isinstance(op, Join):
             left_fields = output_fields(Pipeline(pipeline.source, pipeline.operators[:index]))
-            rows = _join(spark, rows, left_fields, op, observe)
+            rows = _join(spark, rows, left_fields, op, observe, storage)
         elif isinstance(op, TableJoin):
             stream_fields = output_fields(Pipeline(pipeline.source, pipeline.operators[:index]))
-            rows = _table_join(spark, rows, stream_fields, op, observe)
+            rows = _table_join(spark, rows, stream_fields, op, observe, storage)
     return rows
 
 
@@ -164,6 +172,21 @@ def _source(spark: SparkSession, source: KafkaSource, observe: str) -> DataFrame
                             F.count(F.when(F.col("__tombstone"), 1)).alias("thrownAway"),
                             F.array_distinct(F.array_compact(samples)).alias("samples"))
     return parsed.filter(~F.col("__tombstone") & ~unparseable).select(*(c.name for c in source.columns), TIME)
+
+
+def _data_source_table(spark: SparkSession, source: DataSourceTable, keys: tuple[str, ...],
+                       storage: NodeStorage | None) -> DataFrame:
+    if storage is None:
+        raise StreamJobError("source", f"data source {source.data_source!r} is read where it is stored: submit the "
+                                       "job to a Sluice node")
+    data_source_table.register(spark)
+    return (spark.readStream.format(data_source_table.SOURCE_NAME)
+            .option("dataSource", source.data_source)
+            .option("metadataUri", storage.metadata_uri)
+            .option("deepStorage", storage.deep_storage)
+            .option("columns", json.dumps([[c.name, c.type] for c in source.columns]))
+            .option("keys", json.dumps(keys))
+            .load())
 
 
 def _raw_time(source: KafkaSource) -> Column:
@@ -253,15 +276,24 @@ def _ttl_aggregate(rows: DataFrame, op: Aggregate, key: list[str]) -> DataFrame:
 
 
 def _table_join(spark: SparkSession, stream: DataFrame, stream_fields: dict[str, str], op: TableJoin,
-                observe: str) -> DataFrame:
-    """The stream and the table's records in one input keyed on ``on``, told apart by SIDE."""
-    table_fields = [n for n in output_fields(op.table) if n not in op.on and n != TIME]
+                observe: str, storage: NodeStorage | None) -> DataFrame:
+    """The stream's records, the table's and a data source's tombstones in one input keyed on ``on``, told apart
+    by SIDE (a tombstone bypasses the table's filters: its key is gone whatever its row was)."""
+    table_fields = [n for n in output_fields(op.table, table=True) if n not in op.on and n != TIME]
     renamed = {n: table_field_name(n, stream_fields) for n in table_fields}
-    table = _pipeline(spark, op.table, observe=f"{observe}_table")
-    table = table.select(*(F.col(quote_identifier(n)) for n in op.on), F.col(TIME),
-                         *(F.col(quote_identifier(n)).alias(renamed[n]) for n in table_fields))
+    keys = [F.col(quote_identifier(n)) for n in op.on]
+    tombstones = None
+    if isinstance(op.table.source, DataSourceTable):
+        changes = _data_source_table(spark, op.table.source, op.on, storage)
+        table = _pipeline(spark, op.table, observe, storage, rows=changes.filter(~F.col(DELETED)).drop(DELETED))
+        tombstones = changes.filter(F.col(DELETED)).select(*keys, F.col(TIME), F.lit(TOMBSTONE).alias(SIDE))
+    else:
+        table = _pipeline(spark, op.table, f"{observe}_table", storage)
+    table = table.select(*keys, F.col(TIME), *(F.col(quote_identifier(n)).alias(renamed[n]) for n in table_fields))
     both = stream.withColumn(SIDE, F.lit("S")).unionByName(table.withColumn(SIDE, F.lit("T")),
                                                              allowMissingColumns=True)
+    if tombstones is not None:
+        both = both.unionByName(tombstones, allowMissingColumns=True)
     both = both.withColumnRenamed(TIME, EVENT_TIME)
     table_schema = StructType([both.schema[renamed[n]] for n in table_fields])
     output = StructType([*(both.schema[n if n != TIME else EVENT_TIME] for n in stream_fields), *table_schema.fields])
@@ -276,10 +308,11 @@ def _aggregator(kind: str, field: str | None) -> Column:
     return {"sum": F.sum, "min": F.min, "max": F.max, "avg": F.avg}[kind](F.col(quote_identifier(field or "")))
 
 
-def _join(spark: SparkSession, left: DataFrame, left_fields: dict[str, str], op: Join, observe: str) -> DataFrame:
+def _join(spark: SparkSession, left: DataFrame, left_fields: dict[str, str], op: Join, observe: str,
+          storage: NodeStorage | None) -> DataFrame:
     right_fields = output_fields(op.right)
     renamed = {name: table_field_name(name, left_fields) for name in right_fields if name not in op.on}
-    right = _pipeline(spark, op.right, observe=f"{observe}_right")
+    right = _pipeline(spark, op.right, f"{observe}_right", storage)
     right = right.select(*(F.col(quote_identifier(n)).alias(f"__right_key_{n}") for n in op.on),
                          *(F.col(quote_identifier(n)).alias(renamed[n]) for n in renamed))
     # Kafka Streams closes a join window once stream time reaches the record's time + within + grace; Spark keeps

@@ -24,7 +24,7 @@ import re
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, PlainSerializer, ValidationError
+from pydantic import BeforeValidator, Discriminator, Field, PlainSerializer, Tag, ValidationError
 
 from sluice.spec.data_schema import TimestampSpec
 from sluice.spec.errors import SpecError, from_validation_error
@@ -134,10 +134,19 @@ class JoinOp(SpecModel):
     grace: Period = timedelta(0)
 
 
+def _table_kind(value: Any) -> str:
+    """The union's tags are labels (with parentheses), which error paths leave out."""
+    fields = value if isinstance(value, dict) else vars(value)
+    return "table(dataSource)" if "dataSource" in fields or "data_source" in fields else "table(kafka)"
+
+
 class JoinTableOp(SpecModel):
     type: Literal["joinTable"]
     join_type: Literal["inner", "left"] = "inner"
-    table: PipelineSpec
+    #: a compacted topic (a pipeline with an ``ioConfig``) or a Sluice data source (``{"dataSource": …}``)
+    table: Annotated[Annotated[PipelineSpec, Tag("table(kafka)")]
+                     | Annotated[DataSourceTableSpec, Tag("table(dataSource)")],
+                     Discriminator(_table_kind)]
     on: list[str] = Field(min_length=1)
 
 
@@ -151,6 +160,14 @@ OperatorSpec = Annotated[
 class PipelineSpec(SpecModel):
     io_config: StreamIOConfig
     timestamp_spec: TimestampSpec | None = None
+    columns: list[ColumnSpec] = Field(min_length=1)
+    operators: list[OperatorSpec] = []
+
+
+class DataSourceTableSpec(SpecModel):
+    """A Sluice data source as a join's table: the columns to read besides ``__time``, then filters and maps."""
+
+    data_source: str = Field(min_length=1)
     columns: list[ColumnSpec] = Field(min_length=1)
     operators: list[OperatorSpec] = []
 
@@ -230,14 +247,18 @@ def _place(error: t.StreamJobError) -> tuple[str, str]:
     return path or f"spec.{error.where}", message
 
 
-def _pipeline(spec: PipelineSpec) -> t.Pipeline:
+def _pipeline(spec: PipelineSpec | DataSourceTableSpec) -> t.Pipeline:
+    operators = tuple(_operator(op) for op in spec.operators)
+    if isinstance(spec, DataSourceTableSpec):
+        columns = tuple(t.SourceColumn(c.name, c.type) for c in spec.columns)
+        return t.Pipeline(t.DataSourceTable(spec.data_source, columns), operators)
     io = spec.io_config
     stamp = spec.timestamp_spec
     source = t.KafkaSource(io.topic, dict(io.consumer_properties),
                            tuple(t.SourceColumn(c.name, c.type) for c in spec.columns),
                            stamp.column if stamp is not None else None, stamp.format if stamp is not None else "auto",
                            io.use_earliest_offset, io.max_records_per_trigger)
-    return t.Pipeline(source, tuple(_operator(op) for op in spec.operators))
+    return t.Pipeline(source, operators)
 
 
 def _operator(op: Any) -> t.Operator:
@@ -284,13 +305,16 @@ def job_to_json(job: t.StreamJob) -> dict[str, Any]:
 
 def _pipeline_json(pipeline: t.Pipeline) -> dict[str, Any]:
     source = pipeline.source
+    operators = [_operator_json(index, op) for index, op in enumerate(pipeline.operators)]
+    columns = [{"name": c.name, "type": c.type} for c in source.columns]
+    if isinstance(source, t.DataSourceTable):
+        return {"dataSource": source.data_source, "columns": columns, "operators": operators}
     io = {"type": "kafka", "topic": source.topic, "consumerProperties": dict(source.consumer_properties),
           "inputFormat": {"type": "json"}, "useEarliestOffset": source.use_earliest_offset,
           "maxRecordsPerTrigger": source.max_records_per_trigger}
     stamp = {"column": source.timestamp_column, "format": source.timestamp_format} \
         if source.timestamp_column is not None else None
-    return {"ioConfig": io, "timestampSpec": stamp, "columns": [{"name": c.name, "type": c.type} for c in source.columns],
-            "operators": [_operator_json(index, op) for index, op in enumerate(pipeline.operators)]}
+    return {"ioConfig": io, "timestampSpec": stamp, "columns": columns, "operators": operators}
 
 
 def _operator_json(index: int, op: t.Operator) -> dict[str, Any]:

@@ -19,11 +19,12 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark import cloudpickle
 from pyspark.sql.types import BinaryType, DataType, DoubleType, IntegerType, LongType, StructField, StructType
 
-__all__ = ["EVENT_TIME", "SIDE", "FoldProcessor", "TableJoinProcessor", "TtlAggregateProcessor"]
+__all__ = ["EVENT_TIME", "SIDE", "TOMBSTONE", "FoldProcessor", "TableJoinProcessor", "TtlAggregateProcessor"]
 
-#: the column that tells a table record ("T") from a stream record ("S") in a table join's input; the processors'
-#: columns have no leading underscores, which pyspark's pandas conversion renames to their position (`_3`)
+#: the column that tells a table record ("T") from a stream record ("S") and a tombstone in a table join's input;
+#: the processors' columns have no leading underscores, which pyspark's pandas conversion renames to their position
 SIDE = "sluice_side"
+TOMBSTONE = "D"
 EVENT_TIME = "sluice_event_time"
 
 _ACCUMULATOR = StructType([StructField("n", LongType()), StructField("s", DoubleType()),
@@ -119,8 +120,10 @@ class TableJoinProcessor(StatefulProcessor):
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
         batch = pd.concat(list(rows), ignore_index=True)
-        batch = batch.sort_values([self.time_field, SIDE], ascending=[True, False], kind="stable")
-        current = self.row.get() if self.row.exists() else None
+        tombstone = batch[SIDE] == TOMBSTONE
+        # a data source's tombstones: the key's row is gone before the batch's rows of its new segments count
+        current = self.row.get() if self.row.exists() and not tombstone.any() else None
+        batch = batch[~tombstone].sort_values([self.time_field, SIDE], ascending=[True, False], kind="stable")
         joined: list[dict[str, Any]] = []
         for record in batch.to_dict("records"):
             if record[SIDE] == "T":
@@ -131,6 +134,8 @@ class TableJoinProcessor(StatefulProcessor):
                 joined.append({f.name: table[f.name] if f.name in table else record[f.name] for f in self.output})
         if current is not None:
             self.row.update(current)
+        elif self.row.exists():
+            self.row.clear()
         yield pd.DataFrame(joined, columns=self.output.fieldNames())
 
     def close(self) -> None:

@@ -20,8 +20,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from sluice.stream.compiler import INPUT_METRICS, SAMPLES, compile_job
+from sluice.stream.data_source_table import NodeStorage
 from sluice.stream.sinks import BatchWriter, batch_writer
-from sluice.stream.topology import Join, Pipeline, StreamJob, StreamJobError, TableJoin, fingerprint, validate
+from sluice.stream.topology import Join, KafkaSource, Pipeline, StreamJob, StreamJobError, TableJoin, fingerprint, validate
 
 __all__ = ["JobStatus", "RunningJob", "start_job"]
 
@@ -176,7 +177,7 @@ def _latest_offsets(pipeline: Pipeline) -> list[dict[str, int]]:
     sources = [pipeline.source, *(op.right.source for op in pipeline.operators if isinstance(op, Join)),
                *(op.table.source for op in pipeline.operators if isinstance(op, TableJoin))]
     targets = []
-    for source in sources:
+    for source in (s for s in sources if isinstance(s, KafkaSource)):
         with KafkaStream({k: str(v) for k, v in source.consumer_properties.items()}, source.topic) as stream:
             targets.append({str(p): o for p, o in stream.latest_offsets(stream.partitions()).items()})
     return targets
@@ -198,14 +199,15 @@ def _covers(ends: list[dict[str, int]], targets: list[dict[str, int]]) -> bool:
 
 
 def start_job(spark: SparkSession, job: StreamJob, checkpoint_dir: Path, *, writer: BatchWriter | None = None,
-              reset: bool = False, trigger_interval: str | None = None) -> RunningJob:
+              reset: bool = False, trigger_interval: str | None = None, storage: NodeStorage | None = None
+              ) -> RunningJob:
     """Validate ``job``, check its checkpoint and start its query; ``writer`` overrides the sink's own writer
-    (the data-source sink, which needs a node)."""
+    and ``storage`` gives the node's data sources (a data-source sink and table need a node)."""
     validate(job)
     _claim_checkpoint(job, checkpoint_dir, reset)
     for key, value in STREAMING_CONF.items():
         spark.conf.set(key, value)
-    compiled = compile_job(spark, job)
+    compiled = compile_job(spark, job, storage)
     status = JobStatus()
     listener = _ProgressListener(status)
     spark.streams.addListener(listener)

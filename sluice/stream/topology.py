@@ -26,6 +26,7 @@ __all__ = [
     "CollectSink",
     "ConsoleSink",
     "DataSourceSink",
+    "DataSourceTable",
     "Distinct",
     "Filter",
     "FlatMap",
@@ -38,13 +39,16 @@ __all__ = [
     "Operator",
     "Pipeline",
     "Sink",
+    "Source",
     "SourceColumn",
     "StreamJob",
     "StreamJobError",
     "TableJoin",
     "Window",
     "fingerprint",
+    "needs_node",
     "output_fields",
+    "source_name",
     "validate",
 ]
 
@@ -90,6 +94,20 @@ class KafkaSource:
     timestamp_format: str = "auto"
     use_earliest_offset: bool = True
     max_records_per_trigger: int | None = None
+
+
+@dataclass(frozen=True)
+class DataSourceTable:
+    """A Sluice data source read as a table (Kafka Streams' KTable, Druid's lookup from a data source): the rows its
+    published segments show, ``__time`` their event time, the latest row per key winning. It is read again each
+    time its segments change (a handoff, a compaction, a re-index); a key none of them holds any more is dropped.
+    Only a table join reads one."""
+
+    data_source: str
+    columns: tuple[SourceColumn, ...]
+
+
+Source = KafkaSource | DataSourceTable
 
 
 @dataclass(frozen=True)
@@ -239,7 +257,7 @@ Sink = ConsoleSink | CollectSink | KafkaSink | DataSourceSink
 
 @dataclass(frozen=True)
 class Pipeline:
-    source: KafkaSource
+    source: Source
     operators: tuple[Operator, ...] = ()
 
 
@@ -272,10 +290,14 @@ def validate(job: StreamJob) -> None:
                                      "a window with emit 'final', or no aggregation (updates would be summed twice)")
 
 
-def output_fields(pipeline: Pipeline) -> dict[str, str]:
-    """The fields (name -> type) each row has at the end of ``pipeline``, checking every operator on the way."""
+def output_fields(pipeline: Pipeline, *, table: bool = False) -> dict[str, str]:
+    """The fields (name -> type) each row has at the end of ``pipeline`` (the table of a join when ``table``),
+    checking every operator on the way."""
     source = pipeline.source
     _check_source(source)
+    if isinstance(source, DataSourceTable) and not table:
+        raise StreamJobError("source", f"data source {source.data_source!r} can only be the table of a join_table; "
+                                       "a stream reads a Kafka topic")
     current = {c.name: c.type for c in source.columns}
     current[TIME] = "timestamp"
     key: tuple[str, ...] | None = None
@@ -331,10 +353,16 @@ def output_fields(pipeline: Pipeline) -> dict[str, str]:
     return current
 
 
+def needs_node(job: StreamJob) -> bool:
+    """Whether the job reads or writes a Sluice data source, and so runs on a node."""
+    return isinstance(job.sink, DataSourceSink) or any(
+        isinstance(op, TableJoin) and isinstance(op.table.source, DataSourceTable) for op in job.pipeline.operators)
+
+
 def fingerprint(job: StreamJob) -> dict[str, Any]:
     """What a checkpoint's state depends on: the source topic and the operators, with Python functions named by
     their code's hash. A checkpoint written by another fingerprint is refused (its state would not fit)."""
-    return {"source": job.pipeline.source.topic, "operators": [_describe(op) for op in job.pipeline.operators]}
+    return _describe(job.pipeline)
 
 
 def _describe(value: Any) -> Any:
@@ -345,7 +373,7 @@ def _describe(value: Any) -> Any:
     if is_dataclass(value):
         described = {f.name: _describe(getattr(value, f.name)) for f in fields(value)}
         if isinstance(value, Pipeline):
-            return {"source": value.source.topic, "operators": described["operators"]}
+            return {"source": source_name(value.source), "operators": described["operators"]}
         return {"type": _name(value), **described}
     if isinstance(value, Mapping):
         return {str(k): _describe(v) for k, v in value.items()}
@@ -365,7 +393,19 @@ def _name(op: Any) -> str:
     return names.get(type(op), type(op).__name__.lower())
 
 
-def _check_source(source: KafkaSource) -> None:
+def source_name(source: Source) -> str:
+    """A topic's name, or ``dataSource:<name>``."""
+    return source.topic if isinstance(source, KafkaSource) else f"dataSource:{source.data_source}"
+
+
+def _check_source(source: Source) -> None:
+    if isinstance(source, DataSourceTable):
+        if not source.data_source:
+            raise StreamJobError("source", "needs a data source name")
+        _typed("source", source.columns)
+        if TIME in {c.name for c in source.columns}:
+            raise StreamJobError(f"source field {TIME!r}", "a data source's __time is always read; do not declare it")
+        return
     if not source.topic:
         raise StreamJobError("source", "needs a Kafka topic")
     if not source.consumer_properties.get("bootstrap.servers"):
@@ -471,7 +511,7 @@ def _table_join(where: str, op: TableJoin, current: Mapping[str, str]) -> dict[s
         raise StreamJobError(where, f"a table join is inner or left, got {op.how!r}")
     if any(not isinstance(o, (Filter, Map)) for o in op.table.operators):
         raise StreamJobError(where, "a table's pipeline may only filter and map")
-    table = output_fields(op.table)
+    table = _inner_fields(where, "table", op.table)
     if not op.on:
         raise StreamJobError(where, "a table join needs at least one key field ('on')")
     for name in op.on:
@@ -479,6 +519,15 @@ def _table_join(where: str, op: TableJoin, current: Mapping[str, str]) -> dict[s
             raise StreamJobError(f"{where} field {name!r}", "a join key must be a field of the stream and the table")
     return {**current, **{table_field_name(name, current): kind for name, kind in table.items()
                           if name not in op.on and name != TIME}}
+
+
+def _inner_fields(where: str, side: str, pipeline: Pipeline) -> dict[str, str]:
+    """A join's other pipeline's output fields; its errors name the join and the side (``table``, ``right``)."""
+    try:
+        return output_fields(pipeline, table=side == "table")
+    except StreamJobError as error:
+        message = str(error).removeprefix(f"{error.where}: ")
+        raise StreamJobError(f"{where} {side} {error.where}", message) from None
 
 
 def table_field_name(name: str, stream_fields: Mapping[str, str]) -> str:
@@ -494,7 +543,7 @@ def _join(where: str, op: Join, current: Mapping[str, str]) -> dict[str, str]:
         raise StreamJobError(where, f"join type must be inner, left or outer, got {op.how!r}")
     if op.grace_ms < 0:
         raise StreamJobError(where, "grace cannot be negative")
-    right = output_fields(op.right)
+    right = _inner_fields(where, "right", op.right)
     if any(isinstance(o, Aggregate) for o in op.right.operators):
         raise StreamJobError(where, "the right side of a join cannot aggregate")
     for name in op.on:

@@ -26,6 +26,7 @@ from sluice.emitter import metrics
 from sluice.metadata.offsets import StreamOffsets
 from sluice.segment.deep_storage import LocalDeepStorage
 from sluice.spec.granularity import parse_granularity
+from sluice.stream.data_source_table import NodeStorage
 from sluice.stream.job_spec import StreamJobSpec, parse_stream_job_spec
 from sluice.stream.runner import JobStatus, RunningJob, start_job
 from sluice.stream.topology import TIME, WINDOW_END, WINDOW_START, DataSourceSink, StreamJob, output_fields
@@ -110,8 +111,9 @@ class StreamJobTask:
         writer = DataSourceBatchWriter(job, self.spec.id, self.toolbox) \
             if isinstance(job.sink, DataSourceSink) else None
         self.started = datetime.now(UTC)
+        storage = NodeStorage(self.toolbox.metadata.uri, self.toolbox.deep_storage.uri)
         running = start_job(self.toolbox.spark, job, checkpoint_dir(self.toolbox, job.job_id), writer=writer,
-                            reset=self.spec.reset)
+                            reset=self.spec.reset, storage=storage)
         self._running = running
         emitted = JobStatus()
         try:

@@ -198,3 +198,66 @@ builder = StreamBuilder("page_counts_dsl")
     job_file.write_text(job_file.read_text().replace('.key_by("page")', '.filter(lambda row: True).key_by("page")'))
     assert stream_cli.run(job_file, url=url, checkpoint_dir=tmp_path, console=console) == 2
     assert "operator 0 (filter): a Python function cannot go into a JSON spec" in console.file.getvalue()
+
+
+def users_task(countries: dict[str, str]) -> dict[str, Any]:
+    """A batch task that replaces data source `users` with one row per user, all at midnight."""
+    data = "\n".join(json.dumps({"ts": "2026-03-01T00:00:00Z", "user": u, "country": c}) for u, c in countries.items())
+    return {"type": "index_parallel", "spec": {
+        "dataSchema": {"dataSource": "users", "timestampSpec": {"column": "ts", "format": "iso"},
+                       "dimensionsSpec": {"dimensions": ["user", "country"]},
+                       "granularitySpec": {"segmentGranularity": "DAY", "queryGranularity": "NONE", "rollup": False}},
+        "ioConfig": {"type": "index_parallel", "inputSource": {"type": "inline", "data": data},
+                     "inputFormat": {"type": "json"}, "appendToExisting": False}}}
+
+
+def run_task(http: httpx.Client, payload: dict[str, Any]) -> None:
+    task_id = http.post("/druid/indexer/v1/task", json=payload).json()["task"]
+    wait_for(lambda: http.get(f"/druid/indexer/v1/task/{task_id}/status").json()["status"]["statusCode"]
+             == "SUCCESS", 120, f"task {task_id}")
+
+
+def clicks_by_country(http: httpx.Client, data_source: str) -> Counter:
+    response = http.post("/druid/v2/sql", json={
+        "query": f"SELECT country, COUNT(*) AS n FROM {data_source} GROUP BY 1"})
+    return Counter({r["country"]: r["n"] for r in response.json()}) if response.status_code == 200 else Counter()
+
+
+def test_a_stream_joined_with_a_data_source_sees_its_latest_rows(node, http, kafka_broker) -> None:
+    """Kafka Streams' stream-table join with a Sluice data source as the table: each click gets its user's country
+    as the data source has it; re-indexing the data source changes the country of later clicks, and a user it no
+    longer has gets none (a left join)."""
+    countries = {f"u{i}": ["de", "fr", "jp"][i % 3] for i in range(50)}
+    run_task(http, users_task(countries))
+    topic, ds = "clicks-enrich", "clicks_enriched"
+    kafka_broker.create_topic(topic, 2)
+    spec = {"type": "stream", "id": ds, "spec": {
+        "ioConfig": {"topic": topic, "consumerProperties": {"bootstrap.servers": kafka_broker.bootstrap_servers},
+                     "useEarliestOffset": True},
+        "timestampSpec": {"column": "ts", "format": "iso"},
+        "columns": [{"name": "ts"}, {"name": "user"}, {"name": "page"}],
+        "operators": [{"type": "joinTable", "joinType": "left", "on": ["user"],
+                       "table": {"dataSource": "users", "columns": [{"name": "user"}, {"name": "country"}],
+                                 "operators": [{"type": "filter", "expression": "country != 'jp'"}]}}],
+        "sink": {"type": "dataSource", "dataSource": ds}}}
+    assert http.post(SUPERVISOR, json=spec).status_code == 200
+
+    def expected(events: list[dict[str, str]], table: dict[str, str]) -> Counter:
+        return Counter(table.get(e["user"]) if table.get(e["user"]) != "jp" else None for e in events)
+
+    first = clicks(600, 0, 600, seed=11)
+    send(kafka_broker.bootstrap_servers, topic, first)
+    want = expected(first, countries)
+    assert want[None] > 0 and want["de"] > 0  # the filter dropped jp's users: they join with nothing
+    wait_for(lambda: clicks_by_country(http, ds) == want, 120, "every click with its user's country")
+
+    # u0 moves, u1 leaves the table, u2 (jp, filtered out) moves to de: tombstones drop u1 and re-add the rest
+    moved = {**countries, "u0": "uk", "u2": "de"}
+    del moved["u1"]
+    run_task(http, users_task(moved))
+    later = clicks(600, 900, 1_500, seed=12)
+    send(kafka_broker.bootstrap_servers, topic, later)
+    want = expected(first, countries) + expected(later, moved)
+    assert want["uk"] > 0
+    wait_for(lambda: clicks_by_country(http, ds) == want, 120, "later clicks with the re-indexed countries")
+    assert http.post(f"{SUPERVISOR}/{ds}/terminate").status_code == 200

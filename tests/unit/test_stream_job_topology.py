@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from sluice.spec.errors import SpecError
 from sluice.spec.supervisor import parse_supervisor_spec
 from sluice.stream.builder import StreamBuilder, hopping, millis, session, tumbling
+from sluice.stream.data_source_table import DataSourceTableReader
 from sluice.stream.job_spec import StreamJobSpec, job_to_json
 from sluice.stream.kafka_micro_batch import KafkaMicroBatchReader, cap_records
 from sluice.stream.topology import (
@@ -22,6 +24,7 @@ from sluice.stream.topology import (
     StreamJobError,
     Window,
     fingerprint,
+    needs_node,
     output_fields,
 )
 
@@ -246,6 +249,55 @@ def test_table_joins_and_state_ttls_in_both_front_ends() -> None:
     clicks(aggregating_table).join_table(table, on="user").print()
     with pytest.raises(StreamJobError, match="a table's pipeline may only filter and map"):
         aggregating_table.build()
+
+
+def test_a_data_source_is_only_ever_a_table_and_its_job_runs_on_a_node() -> None:
+    builder = StreamBuilder("enrich")
+    users = builder.table("users", columns={"user": "string", "country": "string"}).filter("country != 'jp'")
+    clicks(builder).join_table(users, on="user", how="left").print()
+    job = builder.build()
+    assert output_fields(job.pipeline)["country"] == "string"
+    assert needs_node(job)
+    assert fingerprint(job)["operators"][0]["table"]["source"] == "dataSource:users"
+    document = job_to_json(job)
+    assert document["spec"]["operators"][0]["table"] == {
+        "dataSource": "users", "columns": [{"name": "user", "type": "string"}, {"name": "country", "type": "string"}],
+        "operators": [{"type": "filter", "expression": "country != 'jp'"}]}
+    assert parse_supervisor_spec(document).to_job() == job
+
+    plain = StreamBuilder("plain")
+    clicks(plain).print()
+    assert not needs_node(plain.build())
+    as_stream = StreamBuilder("s")
+    as_stream.table("users", columns={"user": "string"}).print()
+    with pytest.raises(StreamJobError, match="data source 'users' can only be the table of a join_table"):
+        as_stream.build()
+    as_right = StreamBuilder("r")
+    clicks(as_right).join(as_right.table("users", columns={"user": "string"}), on="user", within=10).print()
+    with pytest.raises(StreamJobError, match=r"^operator 0 \(join\) right source: data source 'users' can only"):
+        as_right.build()
+    with_time = StreamBuilder("t")
+    clicks(with_time).join_table(with_time.table("users", columns={"user": "string", "__time": "long"}),
+                                 on="user").print()
+    with pytest.raises(StreamJobError, match="a data source's __time is always read"):
+        with_time.build()
+
+
+def segment(segment_id: str, start: int) -> list:
+    return [segment_id, {"type": "local", "path": f"/deep/{segment_id}.parquet"}, [[start, start + 86_400_000_000]]]
+
+
+def test_a_changed_data_source_is_read_whole_with_tombstones_for_the_segments_it_lost() -> None:
+    options = {"dataSource": "users", "metadataUri": "sqlite://", "deepStorage": "/deep", "keys": '["user"]'}
+    planner = DataSourceTableReader(options, StructType([StructField("__time", TimestampType()),
+                                                         StructField("user", StringType())]))
+    day1, day2, day1_v2 = segment("users_d1_v1", 0), segment("users_d2_v1", 86_400_000_000), segment("users_d1_v2", 0)
+    assert planner.partitions({"segments": [day1, day2]}, {"segments": [day1, day2]}) == []
+    planned = planner.partitions({"segments": [day1, day2]}, {"segments": [day1_v2, day2]})
+    assert [(type(p).__name__, getattr(p, "segment", p).segment_id) for p in planned] == [
+        ("RemovedSegment", "users_d1_v1"), ("SegmentInputPartition", "users_d1_v2"),
+        ("SegmentInputPartition", "users_d2_v1")]
+    assert planner.partitions(planner.initialOffset(), {"segments": [day1]})[0].ranges == ((0, 86_400_000_000),)
 
 
 def test_a_python_fold_is_one_typed_column_and_stays_out_of_json() -> None:
