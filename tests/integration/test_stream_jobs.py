@@ -47,12 +47,14 @@ class Feed:
         self.producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0,
                                   "logger": logging.getLogger("feed")})  # not stderr, once the broker is gone
 
-    def send(self, *values: dict[str, Any] | str | None, key: str | None = None) -> None:
-        """Each value as JSON; a string as it is (a record that does not parse); None as a tombstone."""
+    def send(self, *values: dict[str, Any] | str | None, key: str | None = None, at_s: float | None = None) -> None:
+        """Each value as JSON; a string as it is (a record that does not parse); None as a tombstone. ``at_s``: the
+        messages' Kafka timestamp, seconds after EPOCH."""
+        stamp = {} if at_s is None else {"timestamp": int((EPOCH + timedelta(seconds=at_s)).timestamp() * 1000)}
         for value in values:
             raw = value.encode() if isinstance(value, str) else None if value is None else json.dumps(value).encode()
             self.producer.produce(self.topic, value=raw,
-                                  key=None if key is None else key.encode())
+                                  key=None if key is None else key.encode(), **stamp)
             self.producer.flush(10)
 
 
@@ -119,6 +121,20 @@ def test_word_count_emits_kafka_quickstarts_updates(spark: SparkSession, kafka_b
         {"join": 1, "kafka": 3, "summit": 1},
     ]
     assert job.status().processed == 3
+
+
+def test_without_a_timestamp_column_the_kafka_timestamp_is_the_event_time(spark: SparkSession,
+                                                                           kafka_broker: DevKafkaBroker, run) -> None:
+    feed = Feed(kafka_broker, "kt-clicks")
+    out = Collected()
+    builder = StreamBuilder("kafka-time")
+    (builder.source("kt-clicks", bootstrap_servers=kafka_broker.bootstrap_servers, columns={"page": "string"})
+     .key_by("page").window(tumbling("PT10S")).count("cnt").foreach(out))
+    job = run(builder.build())
+    for second, page in ((1, "a"), (4, "a"), (12, "a"), (13, "b"), (31, "a")):
+        feed.send({"page": page}, at_s=second)
+    job.process_all_available()
+    assert windows(out.rows(), "page", "cnt") == {(0, 10, "a", 2), (10, 20, "a", 1), (10, 20, "b", 1)}
 
 
 def test_tumbling_window_count_fires_once_per_window_and_drops_records_beyond_grace(
