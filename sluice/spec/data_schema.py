@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -70,6 +70,32 @@ class DimensionsSpec(SpecModel):
 
     dimensions: list[DimensionSpec] = Field(default_factory=list, validate_default=True)
     dimension_exclusions: list[str] = Field(default_factory=list)
+    #: Druid's defaults are accepted; what Sluice cannot do yet is refused naming the field, never ignored
+    spatial_dimensions: list[dict[str, Any]] = Field(default_factory=list)
+    include_all_dimensions: bool = False
+    use_schema_discovery: bool = False
+    force_segment_sort_by_time: bool = True
+
+    @field_validator("spatial_dimensions")
+    @classmethod
+    def _no_spatial_index(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if value:
+            raise ValueError("spatial dimensions are not supported: Sluice builds no spatial index; leave it empty")
+        return value
+
+    @field_validator("include_all_dimensions", "use_schema_discovery")
+    @classmethod
+    def _no_discovery(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("schema discovery is not supported yet; list the dimensions")
+        return value
+
+    @field_validator("force_segment_sort_by_time")
+    @classmethod
+    def _sorted_by_time(cls, value: bool) -> bool:
+        if not value:
+            raise ValueError("segments are always sorted by __time first in Sluice; leave it true")
+        return value
 
     @field_validator("dimensions", mode="before")
     @classmethod

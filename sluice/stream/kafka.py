@@ -31,6 +31,11 @@ class StreamError(Exception):
     """The stream cannot be read: bad configuration, broker unreachable, missing topic or offsets."""
 
 
+#: values of Kafka's Java client, which Druid hands consumerProperties to, in librdkafka's words: `none` (Druid's own
+#: default) makes an offset out of range an error rather than a silent jump
+_JAVA_CLIENT_VALUES = {("auto.offset.reset", "none"): "error"}
+
+
 def consumer_config(
     consumer_properties: Mapping[str, Any],
     *,
@@ -47,11 +52,13 @@ def consumer_config(
     for key, value in consumer_properties.items():
         if not isinstance(value, (str, int, float, bool)):
             raise StreamError(f"consumerProperties[{key!r}] must be a string, number or boolean, got {value!r}")
+    translated = {key: _JAVA_CLIENT_VALUES.get((key, value), value) if isinstance(value, str) else value
+                  for key, value in consumer_properties.items()}
     return {
         "group.id": DEFAULT_GROUP_ID,
         "logger": _LOGGER,
         **(defaults or {}),
-        **consumer_properties,
+        **translated,
         **(overrides or {}),
     }
 

@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from sluice.dev.sample_data import generate, produce
 from sluice.dev.tansu import BrokerStartError, DevKafkaBroker
-from sluice.stream.kafka import KafkaStream, StreamError
+from sluice.stream.kafka import KafkaStream, StreamError, consumer_config
 
 pytestmark = pytest.mark.kafka
 
@@ -105,6 +105,16 @@ def test_unreachable_broker_raises_stream_error_within_timeout() -> None:
 def test_bad_consumer_properties_raise_stream_error(properties: dict[str, object], message: str) -> None:
     with pytest.raises(StreamError, match=message):
         KafkaStream(properties, "t")
+
+
+def test_druid_consumer_properties_in_the_java_clients_words_are_understood(kafka_broker: DevKafkaBroker) -> None:
+    """`auto.offset.reset: none`, Druid's own default, is librdkafka's `error` (librdkafka refuses `none`)."""
+    kafka_broker.create_topic("stream-none", partitions=2)
+    produce(kafka_broker.bootstrap_servers, "stream-none", generate(10), partitions=2)
+    properties = {"bootstrap.servers": kafka_broker.bootstrap_servers, "auto.offset.reset": "none"}
+    assert consumer_config(properties)["auto.offset.reset"] == "error"
+    with KafkaStream(properties, "stream-none") as stream:
+        assert stream.latest_offsets(stream.partitions()) == {0: 5, 1: 5}
 
 
 def test_dev_broker_on_a_taken_port_fails_clearly(kafka_broker: DevKafkaBroker, tmp_path: Path) -> None:

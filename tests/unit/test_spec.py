@@ -271,6 +271,17 @@ def test_exclusions_that_are_not_dimensions_are_accepted_and_change_no_dimension
     assert spec.to_json()["spec"]["dataSchema"]["dimensionsSpec"]["dimensionExclusions"] == exclusions
 
 
+def test_druids_dimensions_spec_defaults_are_accepted_as_its_examples_write_them():
+    """Druid's own examples carry `"spatialDimensions": []`; its defaults of the other fields run as written."""
+    payload = example()
+    payload["spec"]["dataSchema"]["dimensionsSpec"].update(spatialDimensions=[], includeAllDimensions=False,
+                                                            useSchemaDiscovery=False, forceSegmentSortByTime=True)
+    spec = parse_supervisor_spec(payload)
+    assert spec.spec.data_schema.dimensions_spec.dimensions == \
+        parse_supervisor_spec(example()).spec.data_schema.dimensions_spec.dimensions
+    assert spec.to_json()["spec"]["dataSchema"]["dimensionsSpec"]["spatialDimensions"] == []
+
+
 def test_partitions_spec_max_rows_per_segment_wins():
     spec = parse_supervisor_spec(changed(MINIMAL, "spec.tuningConfig", {
         "type": "kafka", "maxRowsPerSegment": 10, "partitionsSpec": {"type": "dynamic", "maxRowsPerSegment": 7}}))
@@ -384,8 +395,15 @@ INVALID = [
      "spec.ioConfig.inputFormat.flattenSpec.fields[0]", "a path field needs expr"),
     ("spec.ioConfig.topicPattern", "metrics-.*",
      "spec.ioConfig.topicPattern", DOES_NOT_SUPPORT),
-    ("spec.dataSchema.dimensionsSpec", {"dimensions": ["page"], "spatialDimensions": []},
-     "spec.dataSchema.dimensionsSpec.spatialDimensions", DOES_NOT_SUPPORT),
+    ("spec.dataSchema.dimensionsSpec",
+     {"dimensions": ["page"], "spatialDimensions": [{"dimName": "coordinates", "dims": ["lat", "long"]}]},
+     "spec.dataSchema.dimensionsSpec.spatialDimensions", "spatial dimensions are not supported"),
+    ("spec.dataSchema.dimensionsSpec", {"dimensions": ["page"], "useSchemaDiscovery": True},
+     "spec.dataSchema.dimensionsSpec.useSchemaDiscovery", "schema discovery is not supported yet"),
+    ("spec.dataSchema.dimensionsSpec", {"dimensions": ["page"], "includeAllDimensions": True},
+     "spec.dataSchema.dimensionsSpec.includeAllDimensions", "schema discovery is not supported yet"),
+    ("spec.dataSchema.dimensionsSpec", {"dimensions": ["page"], "forceSegmentSortByTime": False},
+     "spec.dataSchema.dimensionsSpec.forceSegmentSortByTime", "always sorted by __time first"),
     ("spec.dataSchema.dimensionsSpec", {"dimensions": [{"name": "tags", "multiValueHandling": "ARRAY"}]},
      "spec.dataSchema.dimensionsSpec.dimensions[0].multiValueHandling", DOES_NOT_SUPPORT),
     ("spec.dataSchema.dimensionsSpec", {"dimensions": []},
