@@ -32,6 +32,7 @@ from sluice.spec.model import SpecModel
 from sluice.spec.periods import format_period, parse_period
 from sluice.spec.supervisor import JsonInputFormat
 from sluice.stream import topology as t
+from sluice.stream.builder import millis
 
 __all__ = ["StreamJobSpec", "job_to_json", "parse_stream_job_spec"]
 
@@ -42,10 +43,6 @@ def _period(value: Any) -> Any:
 
 #: an ISO-8601 period in the JSON (`PT10S`), a timedelta here
 Period = Annotated[timedelta, BeforeValidator(_period), PlainSerializer(format_period, when_used="json")]
-
-
-def _ms(value: timedelta) -> int:
-    return round(value.total_seconds() * 1000)
 
 
 class StreamIOConfig(SpecModel):
@@ -269,11 +266,11 @@ def _operator(op: Any) -> t.Operator:
     if isinstance(op, KeyByOp):
         return t.KeyBy(tuple(op.fields))
     if isinstance(op, WindowOp):
-        size = _ms(op.size) if op.size is not None else 0
-        slide = _ms(op.slide) if op.slide is not None else size if op.window_type == "tumbling" else 0
-        return t.Window(op.window_type, size_ms=size, slide_ms=slide, gap_ms=_ms(op.gap) if op.gap else 0,
-                        lateness_ms=_ms(op.allowed_lateness), emit=op.emit)
-    ttl = _ms(op.state_ttl) if getattr(op, "state_ttl", None) is not None else 0
+        size = millis(op.size) if op.size is not None else 0
+        slide = millis(op.slide) if op.slide is not None else size if op.window_type == "tumbling" else 0
+        return t.Window(op.window_type, size_ms=size, slide_ms=slide, gap_ms=millis(op.gap) if op.gap else 0,
+                        lateness_ms=millis(op.allowed_lateness), emit=op.emit)
+    ttl = millis(op.state_ttl) if getattr(op, "state_ttl", None) is not None else 0
     if isinstance(op, AggregateOp):
         return t.Aggregate(tuple(t.Aggregator(a.type, a.name, a.field_name) for a in op.aggregators), ttl)
     if isinstance(op, CountOp):
@@ -281,9 +278,9 @@ def _operator(op: Any) -> t.Operator:
     if isinstance(op, FieldAggregateOp):
         return t.Aggregate((t.Aggregator(op.type, op.name or f"{op.type}_{op.field_name}", op.field_name),), ttl)
     if isinstance(op, DistinctOp):
-        return t.Distinct(tuple(op.fields), _ms(op.within))
+        return t.Distinct(tuple(op.fields), millis(op.within))
     if isinstance(op, JoinOp):
-        return t.Join(_pipeline(op.right), tuple(op.on), _ms(op.within), op.join_type, _ms(op.grace))
+        return t.Join(_pipeline(op.right), tuple(op.on), millis(op.within), op.join_type, millis(op.grace))
     if isinstance(op, JoinTableOp):
         return t.TableJoin(_pipeline(op.table), tuple(op.on), op.join_type)
     raise TypeError(f"unknown operator {op!r}")
