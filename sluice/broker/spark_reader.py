@@ -29,7 +29,6 @@ query does.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -55,7 +54,7 @@ from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from sluice.metadata.store import MetadataStore
-from sluice.segment.deep_storage import DeepStorage
+from sluice.segment.deep_storage import DeepStorage, default_cache_dir
 from sluice.segment.segment import ETERNITY, DataSegment, Interval
 from sluice.segment.timeline import VersionedIntervalTimeline
 
@@ -76,7 +75,6 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 _REQUIRED_OPTIONS = ("dataSource", "metadataUri", "deepStorage")
 _OPTIONS = (*_REQUIRED_OPTIONS, "interval", "cacheDir")
-_DEFAULT_CACHE_DIR = "sluice-segment-cache"  # under the executor's temporary directory
 
 
 def _micros(value: datetime) -> int:
@@ -244,7 +242,7 @@ def _used_segments(options: ReadOptions) -> list[DataSegment]:
 
 
 def _cache_dir(options: ReadOptions) -> Path:
-    return Path(options.cache_dir) if options.cache_dir else Path(tempfile.gettempdir()) / _DEFAULT_CACHE_DIR
+    return Path(options.cache_dir) if options.cache_dir else default_cache_dir()
 
 
 def _fetch(options: ReadOptions, partition: SegmentInputPartition) -> str:

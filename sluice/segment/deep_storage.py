@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import threading
 import uuid
 from abc import ABC, abstractmethod
@@ -37,6 +38,12 @@ SEGMENT_FILE_NAME = "index.parquet"
 # limit that fits a development machine is the safer default than none).
 DEFAULT_CACHE_MAX_BYTES = 10 << 30
 _COPY_BUFFER = 8 << 20
+
+
+def default_cache_dir() -> Path:
+    """Where a process with no cache directory of its own keeps copies of remote segments: one folder under the
+    machine's temporary directory, which every reader there shares."""
+    return Path(tempfile.gettempdir()) / "sluice-segment-cache"
 
 
 def storage_dir(segment_id: SegmentId, unique_path: bool = False) -> str:

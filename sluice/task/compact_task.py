@@ -20,18 +20,17 @@ part of its rows.
 from __future__ import annotations
 
 import logging
-import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pyarrow.parquet as pq
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from sluice.segment.columns import parquet_column_types
+from sluice.segment.deep_storage import default_cache_dir
 from sluice.segment.segment import DataSegment, Interval
 from sluice.segment.timeline import VersionedIntervalTimeline
 from sluice.spec.batch import BatchTuningConfig, parse_batch_task
@@ -407,6 +406,6 @@ class CompactionTask:
         """The types the segment's file stores its columns as; a tombstone has no rows to read, nor a type."""
         if segment.shard_spec.get("type") == "tombstone" or not segment.load_spec:
             return {}
-        path = self.toolbox.deep_storage.fetch(segment.load_spec, Path(tempfile.gettempdir()) / "sluice-segment-cache")
+        path = self.toolbox.deep_storage.fetch(segment.load_spec, default_cache_dir())
         return parquet_column_types(pq.read_schema(path))
 

@@ -10,10 +10,8 @@ dimensions and metrics by name.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -24,7 +22,7 @@ from sluice.connectors.base import BoundedSource
 from sluice.connectors.formats import stringify
 from sluice.connectors.records import column_records_schema
 from sluice.metadata.store import MetadataStore
-from sluice.segment.deep_storage import DeepStorage
+from sluice.segment.deep_storage import DeepStorage, default_cache_dir
 from sluice.segment.segment import Interval
 from sluice.segment.timeline import VersionedIntervalTimeline
 from sluice.spec.filters import AndFilter, BoundFilter, DimFilter, InFilter, NotFilter, OrFilter, SelectorFilter
@@ -84,7 +82,7 @@ class DruidSource(BoundedSource[SegmentSplit]):
         return list(self._splits)
 
     def read_split(self, split: SegmentSplit) -> Iterator[pa.RecordBatch]:
-        path = self._deep_storage.fetch(split.load_spec, Path(tempfile.gettempdir()) / "sluice-segment-cache")
+        path = self._deep_storage.fetch(split.load_spec, default_cache_dir())
         table = pq.read_table(path)
         millis = pc.cast(pc.cast(table[TIME], pa.timestamp("ms", tz="UTC")), pa.int64())
         keep = None
