@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import json
 import logging
-import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -30,17 +28,16 @@ from pyspark.sql.types import BooleanType, StructField, StructType, TimestampTyp
 
 from sluice.broker.spark_reader import ETERNITY_RANGE, SegmentInputPartition, plan_partitions, read_segment
 from sluice.metadata.store import MetadataStore
-from sluice.segment.deep_storage import DeepStorage
+from sluice.segment.deep_storage import DeepStorage, default_cache_dir
+from sluice.stream.topology import TIME
 
 __all__ = ["DELETED", "SOURCE_NAME", "DataSourceTableReader", "NodeStorage", "register"]
 
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "sluice_table"
-TIME = "__time"
 #: true on a tombstone: the key's row is gone from the table
 DELETED = "sluice_deleted"
-_CACHE_DIR = Path(tempfile.gettempdir()) / "sluice-segment-cache"
 
 #: ``{"segments": [[segment id, loadSpec, [[start µs, end µs], …]], …]}``
 Offsets = dict[str, Any]
@@ -105,7 +102,7 @@ class DataSourceTableReader(DataSourceStreamReader):
 
     def _rows(self, segment: SegmentInputPartition, *, deleted: bool) -> Iterator[pa.RecordBatch]:
         try:
-            path = DeepStorage.from_uri(self.deep_storage).fetch(segment.load_spec, _CACHE_DIR)
+            path = DeepStorage.from_uri(self.deep_storage).fetch(segment.load_spec, default_cache_dir())
             if not path.exists():
                 raise FileNotFoundError(path)
         except OSError as error:
@@ -116,11 +113,13 @@ class DataSourceTableReader(DataSourceStreamReader):
             return
         schema = to_arrow_schema(StructType([*self.rows.fields, StructField(DELETED, BooleanType(), False)]),
                                  timezone="UTC")
-        for batch in read_segment(str(path), segment, self.rows):
+        # a tombstone needs its key only: the segment's other columns are not read
+        read = StructType([f for f in self.rows.fields if f.name in (TIME, *self.keys)]) if deleted else self.rows
+        for batch in read_segment(str(path), segment, read):
             n = batch.num_rows
-            columns = [batch.column(name) if not deleted or name in (TIME, *self.keys) else pa.nulls(n, field.type)
-                       for name, field in zip(batch.schema.names, batch.schema, strict=True)]
-            yield pa.RecordBatch.from_arrays([*columns, pa.array([deleted] * n, pa.bool_())], schema=schema)
+            columns = [batch.column(f.name) if f.name in read.fieldNames() else pa.nulls(n, f.type) for f in schema]
+            columns[-1] = pa.array([deleted] * n, pa.bool_())
+            yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
     def commit(self, end: Offsets) -> None:
         """Nothing to do: the offsets live in Spark's checkpoint."""
