@@ -162,17 +162,20 @@ def _source(spark: SparkSession, source: KafkaSource, observe: str) -> DataFrame
         F.col("value").alias("__message"),
     ).select("r.*", "__tombstone", "__message", *([] if source.timestamp_column else ["__kafka_time"]))
     parsed = parsed.withColumn(TIME, F.expr(_event_time_sql(source)))
-    unparseable = ~F.col("__tombstone") & (F.col(_CORRUPT).isNotNull() | F.col(TIME).isNull())
-    # Druid's parse-exception messages, built for the bad rows only: the first and last of a batch are its samples
+    bad = ~F.col("__tombstone") & (F.col(_CORRUPT).isNotNull() | F.col(TIME).isNull())
+    # Druid's parse-exception message of a bad row (null for the others), made where the raw message is at hand,
+    # so that the message is not carried on: the first and last of a batch are its samples
     reason = (F.when(F.col(_CORRUPT).isNotNull(), F.concat(F.lit("Unable to parse row ["), F.col(_CORRUPT), F.lit("]")))
-              .when(unparseable, F.concat(F.lit("Timestamp["), F.coalesce(_raw_time(source), F.lit("null")),
-                                          F.lit("] is unparseable! Event: "), F.col("__message").cast("string"))))
-    samples = F.array(F.first(reason, ignorenulls=True), F.last(reason, ignorenulls=True))
+              .when(bad, F.concat(F.lit("Timestamp["), F.coalesce(_raw_time(source), F.lit("null")),
+                                  F.lit("] is unparseable! Event: "), F.col("__message").cast("string"))))
+    parsed = parsed.select(*(c.name for c in source.columns), TIME, "__tombstone", bad.alias("__bad"),
+                           reason.alias("__reason"))
+    samples = F.array(F.first("__reason", ignorenulls=True), F.last("__reason", ignorenulls=True))
     parsed = parsed.observe(observe, F.count(F.lit(1)).alias("processed"),
-                            F.count(F.when(unparseable, 1)).alias("unparseable"),
+                            F.count(F.when(F.col("__bad"), 1)).alias("unparseable"),
                             F.count(F.when(F.col("__tombstone"), 1)).alias("thrownAway"),
                             F.array_distinct(F.array_compact(samples)).alias("samples"))
-    return parsed.filter(~F.col("__tombstone") & ~unparseable).select(*(c.name for c in source.columns), TIME)
+    return parsed.filter(~F.col("__tombstone") & ~F.col("__bad")).select(*(c.name for c in source.columns), TIME)
 
 
 def _data_source_table(spark: SparkSession, source: DataSourceTable, keys: tuple[str, ...],
