@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import fields
 from datetime import UTC
 
 from sqlglot import exp
@@ -21,6 +21,7 @@ from sluice.broker.calls import Call, DruidFunction, template
 from sluice.broker.errors import SqlError
 from sluice.broker.scalar_functions import SCALAR_FUNCTIONS, rewrite_scalar
 from sluice.broker.zones import Session, Zone, from_local, to_local
+from sluice.periods import Period
 from sluice.segment.segment import Interval
 
 __all__ = ["TIME_COLUMN", "DruidDialect", "Session", "Zone", "is_druid_function", "joda_to_strftime",
@@ -175,57 +176,42 @@ def _extract(unit: str, ts: exp.Expr) -> exp.Expr:
 # ------------------------------------------------------------------------------------------ Druid's own functions
 
 
-_PERIOD = re.compile(
-    r"P(?:(?P<years>\d+)Y)?(?:(?P<months>\d+)M)?(?:(?P<weeks>\d+)W)?(?:(?P<days>\d+)D)?"
-    r"(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?"
-)
+def _period_interval(period: Period) -> exp.Expr:
+    parts = [(getattr(period, f.name), "milliseconds" if f.name == "millis" else f.name) for f in fields(period)]
+    return exp.Interval(this=exp.Literal.string(" ".join(f"{n} {unit}" for n, unit in parts if n)))
 
 
-@dataclass(frozen=True)
-class _Period:
-    """An ISO-8601 period such as PT15M or P1W, as Druid's granularities use them."""
-
-    parts: dict[str, str]
-
-    @classmethod
-    def parse(cls, text: str) -> _Period:
-        match = _PERIOD.fullmatch(text.upper())
-        parts = {unit: n for unit, n in match.groupdict().items() if n} if match else {}
-        if not parts:
-            raise SqlError(f"Invalid period '{text}', expected an ISO-8601 period such as PT1H, P1D or P1M")
-        return cls(parts)
-
-    def interval(self) -> exp.Expr:
-        return exp.Interval(this=exp.Literal.string(" ".join(f"{n} {unit}" for unit, n in self.parts.items())))
-
-    def calendar_unit(self) -> str | None:
-        """The unit this period is exactly one of (PT1H, P1D, P1W, P1M …), if it is: counted from Druid's default
-        origin its buckets are DATE_TRUNC's, which DuckDB computes faster than TIME_BUCKET (PT1H over 10M rows:
-        64 ms against 92 ms)."""
-        if len(self.parts) != 1:
-            return None
-        [(unit, n)] = self.parts.items()
-        return unit.upper().removesuffix("S") if n == "1" else None
-
-    def default_origin(self) -> exp.Expr:
-        """Druid counts periods from the epoch, except that a single week starts on Monday."""
-        origin = "1970-01-05" if self.parts == {"weeks": "1"} else "1970-01-01"
-        return exp.cast(exp.Literal.string(origin), exp.DType.TIMESTAMP)
+def _calendar_unit(period: Period) -> str | None:
+    """The unit this period is exactly one of (PT1H, P1D, P1W, P1M …), if it is: counted from Druid's default origin
+    its buckets are DATE_TRUNC's, which DuckDB computes faster than TIME_BUCKET (PT1H over 10M rows: 64 ms against
+    92 ms)."""
+    single = period.single_field
+    return single[0].upper().removesuffix("S") if single and single[1] == 1 and single[0] != "millis" else None
 
 
-def _period(call: Call) -> _Period:
+def _default_origin(period: Period) -> exp.Expr:
+    """Druid counts periods from the epoch, except that a single week starts on Monday."""
+    origin = "1970-01-05" if period.single_field == ("weeks", 1) else "1970-01-01"
+    return exp.cast(exp.Literal.string(origin), exp.DType.TIMESTAMP)
+
+
+def _period(call: Call) -> Period:
     """The period of TIME_FLOOR, TIME_CEIL and TIME_SHIFT: always their second argument."""
-    return _Period.parse(call.literal(1, "the period") or "")
+    text = call.literal(1, "the period") or ""
+    try:
+        return Period.parse(text)
+    except ValueError:
+        raise SqlError(f"Invalid period '{text}', expected an ISO-8601 period such as PT1H, P1D or P1M") from None
 
 
 def _time_floor_local(call: Call) -> exp.Expr:
     """TIME_FLOOR's bucket start in the call's time zone (wall-clock time)."""
     period, zone, origin = _period(call), call.zone(3), call.arg(2)
-    unit = period.calendar_unit()
+    unit = _calendar_unit(period)
     if origin is None and unit is not None:
         return _floor_to(to_local(call.args[0], zone), unit)
-    origin = to_local(origin, zone) if origin is not None else period.default_origin()
-    return exp.Anonymous(this="TIME_BUCKET", expressions=[period.interval(), to_local(call.args[0], zone), origin])
+    origin = to_local(origin, zone) if origin is not None else _default_origin(period)
+    return exp.Anonymous(this="TIME_BUCKET", expressions=[_period_interval(period), to_local(call.args[0], zone), origin])
 
 
 def _time_floor(call: Call) -> exp.Expr:
@@ -234,13 +220,13 @@ def _time_floor(call: Call) -> exp.Expr:
 
 def _time_ceil(call: Call) -> exp.Expr:
     zone = call.zone(3)
-    step = _period(call).interval()
+    step = _period_interval(_period(call))
     return from_local(_ceil(to_local(call.args[0], zone), _time_floor_local(call), step), zone)
 
 
 def _time_shift(call: Call) -> exp.Expr:
     zone = call.zone(3)
-    shift = exp.Mul(this=_period(call).interval(), expression=call.args[2].copy())
+    shift = exp.Mul(this=_period_interval(_period(call)), expression=call.args[2].copy())
     return from_local(exp.Add(this=to_local(call.args[0], zone), expression=shift), zone)
 
 

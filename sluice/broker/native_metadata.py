@@ -18,9 +18,8 @@ from sluice.broker import native_query as q
 from sluice.broker.engine import QueryResult
 from sluice.broker.native_filters import TIME, Columns, intervals_condition
 from sluice.broker.native_sql import HIDDEN, DataSourceView
-from sluice.broker.native_time import (
-    Period, QueryInterval, add_period, condense, format_instant, format_interval, to_millis,
-)
+from sluice.broker.native_time import QueryInterval, add_period, condense, format_instant, format_interval, to_millis
+from sluice.periods import Period
 from sluice.segment.segment import DataSegment
 
 DEFAULT_HISTORY = Period.parse("P1W")  # Druid's druid.query.segmentMetadata.defaultHistory

@@ -118,7 +118,7 @@ def _bucket(granularity: QueryGranularity) -> exp.Expr | None:
         start = exp.Add(this=exp.Literal.number(origin), expression=offset)
         return druid_function("MILLIS_TO_TIMESTAMP", start)
     assert granularity.period is not None
-    args: list[exp.Expr] = [time, exp.Literal.string(granularity.period.text)]
+    args: list[exp.Expr] = [time, exp.Literal.string(str(granularity.period))]
     if granularity.origin is not None or granularity.zone is not None:
         args.append(exp.null() if granularity.origin is None else millis_timestamp(granularity.origin))
     if granularity.zone is not None:

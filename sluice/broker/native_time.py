@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from sluice.periods import Period
+
 MIN_INSTANT = -(2**63) // 2  # Druid's JodaUtils.MIN_INSTANT / MAX_INSTANT: ETERNITY's bounds
 MAX_INSTANT = (2**63 - 1) // 2
 _DAY = 86_400_000
@@ -21,10 +23,6 @@ _INSTANT = re.compile(
     r"(?P<year>[+-]?\d{4,})(?:-(?P<month>\d{2})(?:-(?P<day>\d{2}))?)?"
     r"(?:T(?P<hour>\d{2})(?::(?P<minute>\d{2})(?::(?P<second>\d{2})(?:[.,](?P<fraction>\d{1,9}))?)?)?)?"
     r"(?P<zone>Z|[+-]\d{2}(?::?\d{2})?)?"
-)
-_PERIOD = re.compile(
-    r"P(?:(?P<years>\d+)Y)?(?:(?P<months>\d+)M)?(?:(?P<weeks>\d+)W)?(?:(?P<days>\d+)D)?"
-    r"(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?(?:(?P<seconds>\d+)(?:\.(?P<millis>\d{1,3}))?S)?)?"
 )
 
 
@@ -156,38 +154,18 @@ def condense(intervals: list[QueryInterval]) -> list[QueryInterval]:
 # -------------------------------------------------------------------------------------------------------- periods
 
 
-@dataclass(frozen=True)
-class Period:
-    """An ISO-8601 period: calendar months, then days, then a fixed number of milliseconds."""
-
-    text: str
-    months: int
-    days: int
-    millis: int
-
-    @classmethod
-    def parse(cls, text: str) -> Period:
-        match = _PERIOD.fullmatch(text.strip().upper())
-        if not match or not any(match.groupdict().values()):
-            raise ValueError(f"'{text}' is not an ISO-8601 period such as PT1H, P1D or P1M")
-        n = {k: int(v or 0) for k, v in match.groupdict().items() if k != "millis"}
-        fraction = int((match.group("millis") or "0").ljust(3, "0"))
-        millis = ((n["hours"] * 60 + n["minutes"]) * 60 + n["seconds"]) * 1000 + fraction
-        return cls(text.strip().upper(), n["years"] * 12 + n["months"], n["weeks"] * 7 + n["days"], millis)
-
-
 def add_period(millis: int, period: Period, zone: ZoneInfo | None, times: int = 1) -> int:
     """`millis` plus `times` periods; months and days count on the wall clock of `zone` (Joda's Period arithmetic)."""
-    if period.months == 0 and (period.days == 0 or zone is None):
-        return millis + times * (period.days * _DAY + period.millis)
+    if period.total_months == 0 and (period.total_days == 0 or zone is None):
+        return millis + times * (period.total_days * _DAY + period.time_millis)
     if not in_datetime_range(millis):
-        raise ValueError(f"cannot add {period.text} to {format_instant(millis)}")
+        raise ValueError(f"cannot add {period} to {format_instant(millis)}")
     local = to_datetime(millis).astimezone(zone or UTC).replace(tzinfo=None)
-    month_index = local.year * 12 + local.month - 1 + times * period.months
+    month_index = local.year * 12 + local.month - 1 + times * period.total_months
     year, month = divmod(month_index, 12)
     day = min(local.day, _month_length(year, month + 1))
-    local = local.replace(year=year, month=month + 1, day=day) + timedelta(days=times * period.days)
-    return to_millis(local.replace(tzinfo=zone or UTC)) + times * period.millis
+    local = local.replace(year=year, month=month + 1, day=day) + timedelta(days=times * period.total_days)
+    return to_millis(local.replace(tzinfo=zone or UTC)) + times * period.time_millis
 
 
 def _month_length(year: int, month: int) -> int:
@@ -234,8 +212,9 @@ class QueryGranularity:
         """The bucket length in millis when every bucket has the same length (no months, no days in a time zone)."""
         if self.kind == "duration":
             return self.duration
-        if self.kind == "period" and self.period and self.period.months == 0 and not (self.zone and self.period.days):
-            return self.period.days * _DAY + self.period.millis
+        if self.kind == "period" and self.period and self.period.total_months == 0 \
+                and not (self.zone and self.period.total_days):
+            return self.period.total_days * _DAY + self.period.time_millis
         return None
 
     def next_bucket(self, start: int) -> int:

@@ -170,8 +170,8 @@ class GranularitySpec(SpecModel):
     def to_json(self) -> dict:
         return {
             "type": self.type,
-            "segmentGranularity": self.segment_granularity.name,
-            "queryGranularity": self.query_granularity.name,
+            "segmentGranularity": self.segment_granularity.to_json(),
+            "queryGranularity": self.query_granularity.to_json(),
             "rollup": self.rollup,
             "intervals": self.intervals,
         }

@@ -1,8 +1,10 @@
-"""Druid's simple granularities: the bucket a timestamp falls in, in Python and as a Spark SQL expression.
+"""Druid's granularities: the bucket a timestamp falls in, in Python and as a Spark SQL expression.
 
 Segment granularity decides which segment (time chunk) a row lands in; query granularity truncates
 `__time` before rollup. Both must agree exactly between the Spark pipeline and the Python code
-that names segment intervals, so each granularity is defined once here.
+that names segment intervals, so each granularity is defined once here. Besides the simple ones (`HOUR`,
+`DAY`, …), a granularity is any period counted from an origin (Druid's PeriodGranularity: `PT3H`, `P2D`,
+`P1M` from April) or a fixed duration (DurationGranularity), all in UTC.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sluice.spec.periods import parse_period
+from sluice.periods import Period
+from sluice.timestamps import format_timestamp, parse_timestamp
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: Druid's ETERNITY does not fit in a Python datetime; these bounds cover every representable row.
@@ -20,76 +23,124 @@ ETERNITY_END = datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC)
 
 @dataclass(frozen=True)
 class Granularity:
-    name: str
-    #: fixed bucket length, for the granularities that have one (SECOND … DAY, WEEK)
-    length: timedelta | None = None
-    #: months per bucket for the calendar granularities (MONTH, QUARTER, YEAR)
-    months: int | None = None
+    """`all` (one bucket), `none` (a millisecond), a period from an origin, or a duration from an origin."""
+
+    kind: str  # all | none | period | duration
+    period: Period | None = None
+    #: epoch millis the buckets are counted from; None is Druid's default, the epoch (a single week: a Monday)
+    origin: int | None = None
+    duration: int | None = None  # millis
+
+    @property
+    def name(self) -> str | None:
+        """The simple granularity this is (`HOUR`, `MONTH`, …), if it is one."""
+        return _NAMES.get(self)
+
+    def to_json(self) -> str | dict:
+        """As a spec writes it: the simple name, or Druid's `period` or `duration` object."""
+        if self.name is not None:
+            return self.name
+        origin = {} if self.origin is None else {"origin": format_timestamp(_at(self.origin))}
+        if self.kind == "duration":
+            return {"type": "duration", "duration": self.duration, **origin}
+        return {"type": "period", "period": str(self.period), "timeZone": "UTC", **origin}
+
+    def __str__(self) -> str:
+        return self.name or (str(self.period) if self.kind == "period" else f"PT{self.duration / 1000:g}S")
 
     def bucket_start(self, ts: datetime) -> datetime:
-        ts = ts.astimezone(UTC)
-        if self.name == "ALL":
+        millis = _millis(ts.astimezone(UTC) - EPOCH)
+        if self.kind == "all":
             return ETERNITY_START
-        if self.months:
-            month_index = (ts.year * 12 + ts.month - 1) // self.months * self.months
-            return datetime(month_index // 12, month_index % 12 + 1, 1, tzinfo=UTC)
-        if self.name == "WEEK":
-            day = ts.replace(hour=0, minute=0, second=0, microsecond=0)
+        if self.kind == "none":
+            return _at(millis)
+        months = self._months()
+        if months:
+            index = _month_index(_at(millis)) - self._origin_month()
+            return _month_start(index // months * months + self._origin_month())
+        if self.period is not None and self.period.single_field == ("weeks", 1) and self.origin is None:
+            day = _at(millis).replace(hour=0, minute=0, second=0, microsecond=0)
             return day - timedelta(days=day.weekday())
-        step = _millis(self.length) if self.length else 1
-        return EPOCH + timedelta(milliseconds=_millis(ts - EPOCH) // step * step)
+        step, origin = self._step(), self.origin or 0
+        return _at(origin + (millis - origin) // step * step)
 
     def bucket_end(self, start: datetime) -> datetime:
-        if self.name == "ALL":
+        if self.kind == "all":
             return ETERNITY_END
-        if self.months:
-            month_index = start.year * 12 + start.month - 1 + self.months
-            return datetime(month_index // 12, month_index % 12 + 1, 1, tzinfo=UTC)
-        return start + (self.length or timedelta(milliseconds=1))
+        if self.kind == "none":
+            return start + timedelta(milliseconds=1)
+        months = self._months()
+        if months:
+            return _month_start(_month_index(start) + months)
+        return start + timedelta(milliseconds=self._step())
 
     def spark_sql(self, column: str) -> str:
-        """The Spark SQL expression truncating TIMESTAMP `column` to this granularity."""
-        if self.name == "NONE":
+        """The Spark SQL expression truncating TIMESTAMP `column` (in a UTC session) to this granularity."""
+        if self.kind == "none":
             return f"date_trunc('MILLISECOND', {column})"
-        if self.name == "ALL":
+        if self.kind == "all":
             return f"timestamp_millis({_millis(ETERNITY_START - EPOCH)})"
-        if self.months or self.name == "WEEK":
-            unit = {1: "MONTH", 3: "QUARTER", 12: "YEAR"}.get(self.months or 0, "WEEK")
-            return f"date_trunc('{unit}', {column})"
-        step = _millis(self.length)
+        months = self._months()
+        if months and self.origin is None and months in _TRUNC_MONTHS:
+            return f"date_trunc('{_TRUNC_MONTHS[months]}', {column})"
+        if months:
+            origin = self._origin_month()
+            index = f"(year({column}) * 12 + month({column}) - 1 - {origin})"
+            bucket = f"(floor({index} / {months}) * {months} + {origin})"
+            return f"make_timestamp(cast(floor({bucket} / 12) as int), cast(pmod({bucket}, 12) + 1 as int), 1, 0, 0, 0)"
+        if self.period is not None and self.period.single_field == ("weeks", 1) and self.origin is None:
+            return f"date_trunc('WEEK', {column})"
+        step, origin = self._step(), self.origin or 0
+        if origin:
+            return f"timestamp_millis({origin} + floor((unix_millis({column}) - {origin}) / {step}) * {step})"
         return f"timestamp_millis(floor(unix_millis({column}) / {step}) * {step})"
+
+    def _months(self) -> int:
+        return self.period.total_months if self.kind == "period" and self.period is not None else 0
+
+    def _origin_month(self) -> int:
+        return _month_index(EPOCH if self.origin is None else _at(self.origin))
+
+    def _step(self) -> int:
+        if self.kind == "duration" and self.duration:
+            return self.duration
+        assert self.period is not None
+        return _millis(self.period.to_timedelta())
 
 
 def _millis(delta: timedelta) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
 
 
-_FIXED = {
-    "SECOND": timedelta(seconds=1),
-    "MINUTE": timedelta(minutes=1),
-    "FIVE_MINUTE": timedelta(minutes=5),
-    "TEN_MINUTE": timedelta(minutes=10),
-    "FIFTEEN_MINUTE": timedelta(minutes=15),
-    "THIRTY_MINUTE": timedelta(minutes=30),
-    "HOUR": timedelta(hours=1),
-    "SIX_HOUR": timedelta(hours=6),
-    "EIGHT_HOUR": timedelta(hours=8),
-    "DAY": timedelta(days=1),
-    "WEEK": timedelta(weeks=1),
+def _at(millis: int) -> datetime:
+    return EPOCH + timedelta(milliseconds=millis)
+
+
+def _month_index(ts: datetime) -> int:
+    return ts.year * 12 + ts.month - 1
+
+
+def _month_start(index: int) -> datetime:
+    return datetime(index // 12, index % 12 + 1, 1, tzinfo=UTC)
+
+
+_TRUNC_MONTHS = {1: "MONTH", 3: "QUARTER", 12: "YEAR"}
+_SIMPLE = {
+    "SECOND": "PT1S", "MINUTE": "PT1M", "FIVE_MINUTE": "PT5M", "TEN_MINUTE": "PT10M", "FIFTEEN_MINUTE": "PT15M",
+    "THIRTY_MINUTE": "PT30M", "HOUR": "PT1H", "SIX_HOUR": "PT6H", "EIGHT_HOUR": "PT8H", "DAY": "P1D", "WEEK": "P1W",
+    "MONTH": "P1M", "QUARTER": "P3M", "YEAR": "P1Y",
 }
 GRANULARITIES: dict[str, Granularity] = {
-    "NONE": Granularity("NONE"),
-    **{name: Granularity(name, length=length) for name, length in _FIXED.items()},
-    "MONTH": Granularity("MONTH", months=1),
-    "QUARTER": Granularity("QUARTER", months=3),
-    "YEAR": Granularity("YEAR", months=12),
-    "ALL": Granularity("ALL"),
+    "NONE": Granularity("none"),
+    **{name: Granularity("period", Period.parse(period)) for name, period in _SIMPLE.items()},
+    "ALL": Granularity("all"),
 }
-_BY_PERIOD = {"PT1S": "SECOND", "P1D": "DAY", "P1W": "WEEK", "P1M": "MONTH", "P3M": "QUARTER", "P1Y": "YEAR"}
+_NAMES = {granularity: name for name, granularity in GRANULARITIES.items()}
 
 
 def parse_granularity(value: object) -> Granularity:
-    """Druid accepts `"hour"`, `{"type": "hour"}` and `{"type": "period", "period": "PT1H"}`."""
+    """Druid accepts `"hour"`, `{"type": "hour"}`, `{"type": "period", "period": "PT1H"}` (with `origin`) and
+    `{"type": "duration", "duration": 3600000}`."""
     if isinstance(value, Granularity):
         return value
     if isinstance(value, str):
@@ -99,7 +150,7 @@ def parse_granularity(value: object) -> Granularity:
         if kind == "period":
             return _by_period(value)
         if kind == "duration":
-            raise ValueError("duration granularities are not supported yet; use a simple granularity such as HOUR")
+            return _by_duration(value)
         return _by_name(kind)
     raise ValueError(f"expected a granularity name such as HOUR or DAY, got {value!r}")
 
@@ -112,14 +163,39 @@ def _by_name(name: str) -> Granularity:
 
 
 def _by_period(value: dict) -> Granularity:
-    unsupported = {k for k, v in value.items() if k not in ("type", "period") and v not in (None, "UTC", "Etc/UTC")}
-    if unsupported:
-        raise ValueError(f"period granularity fields {sorted(unsupported)} are not supported yet (UTC, no origin)")
-    period = str(value.get("period", "")).upper()
-    if period in _BY_PERIOD:
-        return GRANULARITIES[_BY_PERIOD[period]]
-    length = parse_period(period)
-    for granularity in GRANULARITIES.values():
-        if granularity.length == length:
-            return granularity
-    raise ValueError(f"period {period} does not match a simple granularity; periods such as PT3H are not supported yet")
+    _known_fields(value, ("type", "period", "timeZone", "origin"))
+    zone = value.get("timeZone")
+    if zone not in (None, "UTC", "Etc/UTC"):
+        raise ValueError(f"timeZone {zone!r} is not supported: Sluice buckets time in UTC (give UTC, or leave it out)")
+    period = Period.parse(str(value.get("period", "")))
+    if period.total_months and period.single_field is None:
+        raise ValueError(f"period {period} mixes months or years with other fields; Druid cannot bucket by it")
+    if (period.total_months or _millis(period.to_timedelta())) <= 0:
+        raise ValueError(f"period {period} is not positive")
+    granularity = Granularity("period", period, _origin(value))
+    if granularity.origin is not None and period.total_months and _at(granularity.origin) != \
+            _month_start(_month_index(_at(granularity.origin))):
+        raise ValueError(f"origin {value['origin']!r} of period {period} must be the first instant of a month")
+    return granularity
+
+
+def _by_duration(value: dict) -> Granularity:
+    _known_fields(value, ("type", "duration", "origin"))
+    duration = value.get("duration")
+    if isinstance(duration, bool) or not isinstance(duration, int) or duration <= 0:
+        raise ValueError(f"duration granularity needs a positive whole number of milliseconds, got {duration!r}")
+    return Granularity("duration", origin=_origin(value), duration=duration)
+
+
+def _known_fields(value: dict, known: tuple[str, ...]) -> None:
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        raise ValueError(f"{value.get('type')} granularity has no field(s) {unknown}; it takes {', '.join(known)}")
+
+
+def _origin(value: dict) -> int | None:
+    origin = value.get("origin")
+    if origin is None:
+        return None
+    return _millis(parse_timestamp(str(origin)).astimezone(UTC) - EPOCH)
+

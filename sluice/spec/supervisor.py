@@ -29,7 +29,7 @@ from sluice.spec.input_format import (
 )
 from sluice.spec.legacy import from_legacy_parser
 from sluice.spec.model import SpecModel
-from sluice.spec.periods import format_period, parse_period
+from sluice.periods import format_duration, parse_duration
 
 if TYPE_CHECKING:
     from sluice.stream.job_spec import StreamJobSpec
@@ -45,12 +45,12 @@ class PeriodField(SpecModel):
     def _periods(cls, value: Any, info: Any) -> Any:
         annotation = cls.model_fields[info.field_name].annotation
         if isinstance(value, str) and (annotation is timedelta or timedelta in get_args(annotation)):
-            return parse_period(value)
+            return parse_duration(value)
         return value
 
     @field_serializer("*", when_used="json")
     def _period_text(self, value: Any) -> Any:
-        return format_period(value) if isinstance(value, timedelta) else value
+        return format_duration(value) if isinstance(value, timedelta) else value
 
 
 # ---------------------------------------------------------------------------------------------------------------

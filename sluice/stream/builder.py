@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
-from sluice.spec.periods import parse_period
+from sluice.periods import parse_duration
 from sluice.stream.topology import (
     Aggregate,
     Aggregator,
@@ -58,7 +58,7 @@ Duration = timedelta | str | float
 def millis(duration: Duration) -> int:
     """A duration in milliseconds: an ISO-8601 period, a ``timedelta``, or seconds."""
     if isinstance(duration, str):
-        duration = parse_period(duration)
+        duration = parse_duration(duration)
     if isinstance(duration, timedelta):
         return round(duration.total_seconds() * 1000)
     return round(float(duration) * 1000)

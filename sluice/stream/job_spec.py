@@ -29,7 +29,7 @@ from pydantic import BeforeValidator, Discriminator, Field, PlainSerializer, Tag
 from sluice.spec.data_schema import TimestampSpec
 from sluice.spec.errors import SpecError, from_validation_error
 from sluice.spec.model import SpecModel
-from sluice.spec.periods import format_period, parse_period
+from sluice.periods import format_duration, parse_duration
 from sluice.spec.supervisor import JsonInputFormat
 from sluice.stream import topology as t
 from sluice.stream.builder import millis
@@ -38,11 +38,11 @@ __all__ = ["StreamJobSpec", "job_to_json", "parse_stream_job_spec"]
 
 
 def _period(value: Any) -> Any:
-    return parse_period(value) if isinstance(value, str) else value
+    return parse_duration(value) if isinstance(value, str) else value
 
 
 #: an ISO-8601 period in the JSON (`PT10S`), a timedelta here
-Period = Annotated[timedelta, BeforeValidator(_period), PlainSerializer(format_period, when_used="json")]
+Period = Annotated[timedelta, BeforeValidator(_period), PlainSerializer(format_duration, when_used="json")]
 
 
 class StreamIOConfig(SpecModel):
@@ -329,22 +329,22 @@ def _operator_json(index: int, op: t.Operator) -> dict[str, Any]:
         return {"type": "keyBy", "fields": list(op.fields)}
     if isinstance(op, t.Window):
         periods = {"size": op.size_ms, "slide": op.slide_ms if op.kind == "hopping" else 0, "gap": op.gap_ms}
-        return {"type": "window", "windowType": op.kind, "allowedLateness": format_period(timedelta(
+        return {"type": "window", "windowType": op.kind, "allowedLateness": format_duration(timedelta(
             milliseconds=op.lateness_ms)), "emit": op.emit,
-            **{k: format_period(timedelta(milliseconds=v)) for k, v in periods.items() if v}}
+            **{k: format_duration(timedelta(milliseconds=v)) for k, v in periods.items() if v}}
     if isinstance(op, t.Aggregate):
         return {"type": "aggregate", "aggregators": [{"type": a.kind, "name": a.name, "fieldName": a.field}
                                                      for a in op.aggregators],
-                "stateTtl": format_period(timedelta(milliseconds=op.ttl_ms)) if op.ttl_ms else None}
+                "stateTtl": format_duration(timedelta(milliseconds=op.ttl_ms)) if op.ttl_ms else None}
     if isinstance(op, t.TableJoin):
         return {"type": "joinTable", "joinType": op.how, "table": _pipeline_json(op.table), "on": list(op.on)}
     if isinstance(op, t.Distinct):
-        return {"type": "distinct", "fields": list(op.fields), "within": format_period(timedelta(
+        return {"type": "distinct", "fields": list(op.fields), "within": format_duration(timedelta(
             milliseconds=op.within_ms))}
     assert isinstance(op, t.Join)
     return {"type": "join", "joinType": op.how, "right": _pipeline_json(op.right), "on": list(op.on),
-            "within": format_period(timedelta(milliseconds=op.within_ms)),
-            "grace": format_period(timedelta(milliseconds=op.grace_ms))}
+            "within": format_duration(timedelta(milliseconds=op.within_ms)),
+            "grace": format_duration(timedelta(milliseconds=op.grace_ms))}
 
 
 def _sink_json(sink: t.Sink) -> dict[str, Any]:

@@ -87,7 +87,7 @@ def allocate_segment(client: TaskActionClient, data_source: str, timestamp: date
     it cannot."""
     result = client.submit({
         "type": "segmentAllocate", "dataSource": data_source, "timestamp": format_timestamp(timestamp),
-        "queryGranularity": "NONE", "preferredSegmentGranularity": granularity.name, "sequenceName": sequence_name,
+        "queryGranularity": "NONE", "preferredSegmentGranularity": granularity.to_json(), "sequenceName": sequence_name,
         "previousSegmentId": previous_segment_id, "skipSegmentLineageCheck": True,
         "lockGranularity": "TIME_CHUNK", "taskLockType": lock_type,
     })

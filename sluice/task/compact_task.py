@@ -202,7 +202,7 @@ def spec_from_json(payload: dict[str, Any]) -> CompactionTaskSpec:
         interval = Interval(*parse_interval(input_spec.interval))
         if not _aligned(interval, granularity):
             raise SpecError("ioConfig.inputSpec.interval", f"Interval[{interval}] to compact is not aligned with "
-                                                           f"segmentGranularity[{granularity.name}]")
+                                                           f"segmentGranularity[{granularity}]")
     return spec
 
 
@@ -298,7 +298,7 @@ def _payload(spec: CompactionTaskSpec, segments: Sequence[InputSegment], interva
         {"dimensions": dimension_schema(segments)},
         "metricsSpec": [m.to_json() for m in given.metrics_spec] if given.metrics_spec is not None else
         metrics_schema(segments),
-        "granularitySpec": {"segmentGranularity": granularity.name,
+        "granularitySpec": {"segmentGranularity": granularity.to_json(),
                             "queryGranularity": granularity_spec.query_granularity or "NONE",
                             "rollup": True if granularity_spec.rollup is None else granularity_spec.rollup,
                             "intervals": [str(interval)]},

@@ -92,6 +92,25 @@ def test_inline_json_is_rolled_up_into_day_segments_with_exact_answers(http):
     assert result["id"].startswith("index_parallel_batch_inline_")  # Druid's shape for a task without an id
 
 
+def test_period_and_duration_granularities_bucket_segments_and_rollup_as_druid(http):
+    """Six-hour segments counted from 03:00 and rows rolled up to 90 minutes from the epoch."""
+    events = rows(300)
+    granularity = {"segmentGranularity": {"type": "period", "period": "PT6H", "origin": "2000-01-01T03:00:00Z"},
+                   "queryGranularity": {"type": "duration", "duration": 90 * 60_000}}
+    run(http, task("batch_periods", {"type": "inline", "data": ndjson(events)}, {"type": "json"},
+                   granularity=granularity))
+    assert by_channel(http, "batch_periods") == totals(events)
+
+    def minute(e: dict[str, Any]) -> int:
+        return int(e["ts"][11:13]) * 60 + int(e["ts"][14:16])
+    starts = {"2024-02-29T21" if minute(e) < 180 else f"{DAY1}T{(minute(e) - 180) // 360 * 6 + 3:02d}" for e in events}
+    assert sorted(s["start"][:13] for s in segments(http, "batch_periods")) == sorted(starts)
+    rolled = Counter(f"{DAY1}T{minute(e) // 90 * 90 // 60:02d}:{minute(e) // 90 * 90 % 60:02d}" for e in events)
+    answer = sql(http, "SELECT TIME_FORMAT(__time, 'yyyy-MM-dd''T''HH:mm') AS t, SUM(\"count\") AS n "
+                       "FROM batch_periods GROUP BY 1")
+    assert {r["t"]: r["n"] for r in answer} == rolled
+
+
 def test_replace_twice_gives_the_same_answers_under_a_newer_version(http):
     events = rows(400)
     payload = task("batch_replace", {"type": "inline", "data": ndjson(events)}, {"type": "json"})

@@ -601,3 +601,21 @@ def test_without_rejection_settings_no_row_is_thrown_away_for_its_time(spark, tm
     p = windowed(spark, {}, metricsSpec=[{"type": "count", "name": "count"}])
     values = [event("1970-01-01T00:00:00Z", page="a"), event("2999-01-01T00:00:00Z", page="a")]
     assert persist(p, values, tmp_path / "persist").stats == RowStats(processed=2, processed_bytes=byte_length(values))
+
+
+@pytest.mark.parametrize("spec", [
+    "HOUR", "WEEK", "MONTH", "QUARTER", "YEAR", {"type": "period", "period": "PT3H"},
+    {"type": "period", "period": "P2W"}, {"type": "period", "period": "P7M"},
+    {"type": "period", "period": "P1Y", "origin": "2020-04-01T00:00:00Z"},
+    {"type": "period", "period": "P1D", "origin": "1970-01-01T06:00:00Z"}, {"type": "period", "period": "P1DT12H"},
+    {"type": "duration", "duration": 5_400_000, "origin": "2024-01-01T00:20:00Z"},
+], ids=str)
+def test_spark_buckets_rows_as_the_segment_intervals_are_named(spark, spec):
+    """The pipeline truncates `__time` in Spark SQL, the task names segments in Python: they must agree."""
+    granularity = parse_granularity(spec)
+    instants = [datetime(1969, 12, 31, 22, 30, tzinfo=UTC), datetime(2024, 2, 29, 13, 47, 31, 123_000, tzinfo=UTC),
+                datetime(2023, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC), datetime(2024, 3, 1, tzinfo=UTC),
+                datetime(2026, 11, 27, 5, 59, 59, tzinfo=UTC)]
+    frame = spark.createDataFrame([(i,) for i in instants], "t timestamp")
+    buckets = [row[0] for row in frame.select(F.expr(granularity.spark_sql("t"))).collect()]
+    assert [b.replace(tzinfo=UTC) for b in buckets] == [granularity.bucket_start(i).replace(tzinfo=UTC) for i in instants]

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from sluice.periods import Period
 from sluice.spec.granularity import ETERNITY_END, ETERNITY_START, GRANULARITIES, Granularity, parse_granularity
 
 
@@ -107,11 +108,9 @@ def test_an_offset_instant_is_bucketed_by_its_utc_month(name, local, start):
     ({"type": "period", "period": "PT5M"}, "FIVE_MINUTE"),
     ({"type": "period", "period": "PT15M"}, "FIFTEEN_MINUTE"),
     ({"type": "period", "period": "PT1H"}, "HOUR"),
-    ({"type": "period", "period": "PT60M"}, "HOUR"),
     ({"type": "period", "period": "PT6H"}, "SIX_HOUR"),
     ({"type": "period", "period": "P1D"}, "DAY"),
     ({"type": "period", "period": "P1W"}, "WEEK"),
-    ({"type": "period", "period": "P7D"}, "WEEK"),
     ({"type": "period", "period": "P1M"}, "MONTH"),
     ({"type": "period", "period": "P3M"}, "QUARTER"),
     ({"type": "period", "period": "P1Y"}, "YEAR"),
@@ -130,12 +129,17 @@ def test_parse_granularity(value, name):
     ({}, "unknown granularity ''"),
     (5, "expected a granularity name such as HOUR or DAY, got 5"),
     (None, "expected a granularity name"),
-    ({"type": "duration", "duration": 3_600_000}, "duration granularities are not supported yet"),
-    ({"type": "period", "period": "PT3H"}, "period PT3H does not match a simple granularity"),
-    ({"type": "period", "period": "P2D"}, "period P2D does not match a simple granularity"),
-    ({"type": "period", "period": "P1D", "timeZone": "America/Los_Angeles"}, "fields ['timeZone'] are not supported"),
-    ({"type": "period", "period": "P1D", "origin": "2024-01-01T06:00:00Z"}, "fields ['origin'] are not supported"),
-    ({"type": "period"}, "expected an ISO-8601 period"),
+    ({"type": "duration", "duration": 0}, "needs a positive whole number of milliseconds, got 0"),
+    ({"type": "duration", "duration": "PT1H"}, "needs a positive whole number of milliseconds"),
+    ({"type": "duration", "duration": 60_000, "period": "PT1H"}, "duration granularity has no field(s) ['period']"),
+    ({"type": "period", "period": "P1D", "timeZone": "America/Los_Angeles"},
+     "timeZone 'America/Los_Angeles' is not supported: Sluice buckets time in UTC"),
+    ({"type": "period", "period": "P1D", "zone": "UTC"}, "period granularity has no field(s) ['zone']"),
+    ({"type": "period", "period": "P1M", "origin": "2024-01-15T00:00:00Z"}, "must be the first instant of a month"),
+    ({"type": "period", "period": "P1M1D"}, "period P1M1D mixes months or years with other fields"),
+    ({"type": "period", "period": "PT-1H"}, "period PT-1H is not positive"),
+    ({"type": "period", "period": "P1DT"}, "'P1DT' is not an ISO-8601 period"),
+    ({"type": "period"}, "'' is not an ISO-8601 period"),
 ])
 def test_parse_granularity_errors(value, message):
     with pytest.raises(ValueError) as raised:
@@ -159,5 +163,56 @@ def test_spark_sql_truncation(name, sql):
 
 
 def test_granularities_are_values():
-    assert Granularity("HOUR", length=timedelta(hours=1)) == GRANULARITIES["HOUR"]
+    assert Granularity("period", Period(hours=1)) == GRANULARITIES["HOUR"]
     assert len({*GRANULARITIES.values()}) == len(GRANULARITIES)
+
+
+# Druid's PeriodGranularity: a single field of 1 floors by the calendar (a week to Monday); more than 1, or an
+# origin, counts whole periods from the origin, by default the epoch (1970-01-01, a Thursday); a compound period
+# counts its length in millis from the origin. DurationGranularity counts its millis from the origin.
+PERIOD_BUCKETS = [
+    ({"type": "period", "period": "PT3H"}, LEAP_DAY, "2024-02-29T12:00:00", "2024-02-29T15:00:00"),
+    ({"type": "period", "period": "PT60M"}, LEAP_DAY, "2024-02-29T13:00:00", "2024-02-29T14:00:00"),
+    ({"type": "period", "period": "P2D"}, LEAP_DAY, "2024-02-29T00:00:00", "2024-03-02T00:00:00"),  # day 19782
+    ({"type": "period", "period": "P2D"}, "2024-02-28T10:00:00", "2024-02-27T00:00:00", "2024-02-29T00:00:00"),
+    ({"type": "period", "period": "P7D"}, LEAP_DAY, "2024-02-29T00:00:00", "2024-03-07T00:00:00"),  # a Thursday
+    ({"type": "period", "period": "P2W"}, LEAP_DAY, "2024-02-29T00:00:00", "2024-03-14T00:00:00"),  # 19782 = 1413 * 14
+    ({"type": "period", "period": "P2M"}, LEAP_DAY, "2024-01-01T00:00:00", "2024-03-01T00:00:00"),
+    ({"type": "period", "period": "P7M"}, LEAP_DAY, "2023-09-01T00:00:00", "2024-04-01T00:00:00"),  # 649 = 92 * 7 + 5
+    ({"type": "period", "period": "P2Y"}, LEAP_DAY, "2024-01-01T00:00:00", "2026-01-01T00:00:00"),
+    ({"type": "period", "period": "P1Y", "origin": "2020-04-01T00:00:00Z"}, LEAP_DAY, "2023-04-01T00:00:00",
+     "2024-04-01T00:00:00"),  # a fiscal year from April
+    ({"type": "period", "period": "P1D", "origin": "1970-01-01T06:00:00Z"}, LEAP_DAY, "2024-02-29T06:00:00",
+     "2024-03-01T06:00:00"),
+    ({"type": "period", "period": "P1D", "origin": "1970-01-01T06:00:00Z"}, "2024-02-29T05:59:59", "2024-02-28T06:00:00",
+     "2024-02-29T06:00:00"),
+    ({"type": "period", "period": "P1W", "origin": "2024-01-03T00:00:00Z"}, LEAP_DAY, "2024-02-28T00:00:00",
+     "2024-03-06T00:00:00"),  # weeks from a Wednesday
+    ({"type": "period", "period": "P1DT12H"}, LEAP_DAY, "2024-02-29T00:00:00", "2024-03-01T12:00:00"),  # h 474768
+    ({"type": "duration", "duration": 5_400_000}, LEAP_DAY, "2024-02-29T13:30:00", "2024-02-29T15:00:00"),
+    ({"type": "duration", "duration": 3_600_000, "origin": "2024-01-01T00:30:00Z"}, LEAP_DAY, "2024-02-29T13:30:00",
+     "2024-02-29T14:30:00"),
+    ({"type": "period", "period": "PT3H"}, "1969-12-31T22:00:00", "1969-12-31T21:00:00", "1970-01-01T00:00:00"),
+]
+
+
+@pytest.mark.parametrize("spec, instant, start, end", PERIOD_BUCKETS)
+def test_period_and_duration_buckets(spec, instant, start, end):
+    granularity = parse_granularity(spec)
+    assert granularity.name is None
+    assert granularity.bucket_start(t(instant)) == t(start)
+    assert granularity.bucket_end(t(start)) == t(end)
+
+
+@pytest.mark.parametrize("spec", [spec for spec, *_ in PERIOD_BUCKETS])
+def test_a_granularity_is_written_as_its_spec_reads_it(spec):
+    granularity = parse_granularity(spec)
+    assert parse_granularity(granularity.to_json()) == granularity
+
+
+def test_a_simple_granularity_is_written_by_its_name():
+    assert parse_granularity({"type": "period", "period": "PT1H", "timeZone": "UTC"}).to_json() == "HOUR"
+    assert parse_granularity({"type": "period", "period": "PT3H"}).to_json() == \
+        {"type": "period", "period": "PT3H", "timeZone": "UTC"}
+    assert parse_granularity({"type": "duration", "duration": 60_000, "origin": "2024-01-01T00:00:30Z"}).to_json() == \
+        {"type": "duration", "duration": 60_000, "origin": "2024-01-01T00:00:30.000Z"}
