@@ -10,6 +10,7 @@ from sqlglot import exp
 from sluice.broker import native_query as q
 from sluice.broker.native_expressions import ExpressionError, to_sql
 from sluice.broker.native_filters import SQL_TYPES, Columns, all_of, cast_to, dimension_value, filter_condition
+from sluice.broker.scalar_functions import as_long
 from sluice.spec.errors import SpecError
 
 # ---------------------------------------------------------------------------------------------------- aggregators
@@ -47,6 +48,8 @@ def _aggregate_function(spec: q.Aggregator, columns: Columns) -> tuple[exp.Expr,
             source = columns.sql(spec.field_name or "", null_type="DOUBLE")
         if not spec.type.startswith("long"):
             source = exp.TryCast(this=source, to=exp.DataType.build("DOUBLE"))
+        elif spec.expression is None and columns.sql_type(spec.field_name or "") in ("DOUBLE", "FLOAT", "REAL"):
+            source = as_long(source)  # Druid's long aggregators read each value as a long
         return _NUMERIC[spec.type](this=source), unchanged
     if isinstance(spec, q.FirstLastAggregator):
         string = spec.type.startswith("string")

@@ -4,7 +4,7 @@ unknown names), dimension filters, search specs and having specs, with Druid's S
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import reduce
 
 from sqlglot import exp
@@ -22,8 +22,10 @@ class Columns:
     """Resolves the names a query uses: virtual columns, `__time`, the data source's columns, and unknown names,
     which Druid reads as a column of nulls."""
 
-    def __init__(self, known: Sequence[str], virtual_columns: Sequence[q.ExpressionVirtualColumn] = ()) -> None:
+    def __init__(self, known: Sequence[str], virtual_columns: Sequence[q.ExpressionVirtualColumn] = (),
+                 types: Mapping[str, str] | None = None) -> None:
         self._known = set(known)
+        self._types = dict(types or {})
         self._virtual = {vc.name: vc for vc in virtual_columns}
         self._resolving: set[str] = set()
 
@@ -34,6 +36,10 @@ class Columns:
         if name in self._known:
             return exp.column(name, quoted=True)
         return exp.cast(exp.null(), null_type)
+
+    def sql_type(self, name: str) -> str | None:
+        """The SQL type of a data source column (`DOUBLE`, `BIGINT`, `VARCHAR` …), when the view knows it."""
+        return None if name in self._virtual else self._types.get(name)
 
     def expression_ref(self, name: str) -> exp.Expr:
         """The column as Druid's expressions see it: `__time` in epoch milliseconds."""

@@ -128,7 +128,7 @@ def _bucket(granularity: QueryGranularity) -> exp.Expr | None:
 
 def _query_parts(query: q.TimeseriesQuery | q.TopNQuery | q.GroupByQuery | q.SearchQuery | q.ScanQuery,
                  source: DataSourceView) -> tuple[Columns, exp.Expr | None]:
-    columns = Columns(source.columns, query.virtual_columns)
+    columns = Columns(source.columns, query.virtual_columns, dict(source.schema))
     condition = None if query.filter is None else filter_condition(query.filter, columns)
     return columns, condition
 

@@ -191,7 +191,7 @@ def _human_readable(base: int, units: tuple[str, ...]) -> Callable[[Call], exp.E
     def rewrite(call: Call) -> exp.Expr:
         precision = call.integer(1, "the precision", 0, 3)
         precision = 2 if precision is None else precision
-        value = _as_long(call.args[0])
+        value = as_long(call.args[0])
         first = f" || ' {units[0]}'" if units[0] else ""
         whens = " ".join(
             f"WHEN v >= {base**k} OR v <= -{base**k} THEN PRINTF('%.{precision}f', ROUND(v / {float(base**k)!r},"
@@ -204,14 +204,14 @@ def _human_readable(base: int, units: tuple[str, ...]) -> Callable[[Call], exp.E
 # ----------------------------------------------------------------------------------------------- numeric functions
 
 
-def _as_long(value: exp.Expr) -> exp.Expr:
+def as_long(value: exp.Expr) -> exp.Expr:
     """A number as Druid reads a LONG argument: a DOUBLE loses its fraction (Java's (long) cast)."""
     return template("CAST(TRUNC(x) AS BIGINT)", x=value)
 
 
 def _bitwise(sql: str) -> Callable[[Call], exp.Expr]:
     def rewrite(call: Call) -> exp.Expr:
-        return template(sql, **{name: _as_long(arg) for name, arg in zip("ab", call.args)})
+        return template(sql, **{name: as_long(arg) for name, arg in zip("ab", call.args)})
 
     return rewrite
 
@@ -224,7 +224,7 @@ _SHIFT_PRODUCT = ("((CAST(a AS HUGEINT) * (CAST(1 AS HUGEINT) << (b & 63))) % 18
 
 
 def _shift_left(call: Call) -> exp.Expr:
-    product = template(_SHIFT_PRODUCT, a=_as_long(call.args[0]), b=_as_long(call.args[1]))
+    product = template(_SHIFT_PRODUCT, a=as_long(call.args[0]), b=as_long(call.args[1]))
     return template(_SHIFT_LEFT, u=product)
 
 

@@ -236,6 +236,23 @@ def test_div_in_a_virtual_column_truncates_like_druids_long_division(cluster: Cl
         (int(r["__time"].timestamp() * 1000), int(r["delta"] / 0.5)) for r in ROWS)
 
 
+def test_long_aggregators_over_a_double_column_read_each_value_as_a_long(cluster: Cluster) -> None:
+    """Druid's longSum, longMin and longMax call getLong() on every row: a double loses its fraction (Java's cast),
+    and the answer is a whole number, not 210.0."""
+    answer = cluster.native({
+        "queryType": "timeseries", "dataSource": "wiki", "intervals": INTERVALS, "granularity": "all",
+        "aggregations": [{"type": "longSum", "name": "ls", "fieldName": "delta"},
+                         {"type": "longMin", "name": "lmin", "fieldName": "delta"},
+                         {"type": "longMax", "name": "lmax", "fieldName": "delta"},
+                         {"type": "doubleSum", "name": "ds", "fieldName": "delta"}]})
+    deltas = [r["delta"] for r in ROWS]
+    [result] = [bucket["result"] for bucket in answer]
+    assert result == {"ls": sum(int(d) for d in deltas), "lmin": int(min(deltas)), "lmax": int(max(deltas)),
+                      "ds": sum(deltas)}
+    assert all(isinstance(result[name], int) for name in ("ls", "lmin", "lmax"))
+    assert result["ls"] != int(sum(deltas))  # each value is cut, not the sum
+
+
 def test_timeseries_of_a_period_in_a_time_zone_prints_local_bucket_starts(cluster: Cluster) -> None:
     answer = cluster.native({
         "queryType": "timeseries", "dataSource": "wiki", "intervals": INTERVALS,
