@@ -77,7 +77,10 @@ class Period:
         if self.total_months:
             raise ValueError(f"period {self} contains months or years, which vary in length; use weeks, days, "
                              "hours, minutes or seconds")
-        return timedelta(days=self.total_days, milliseconds=self.time_millis)
+        try:
+            return timedelta(days=self.total_days, milliseconds=self.time_millis)
+        except OverflowError:  # Druid's "forever", P2147483647D, is longer than any timedelta
+            return timedelta.max if self.total_days > 0 else -timedelta.max
 
     def to_relativedelta(self) -> relativedelta:
         """For calendar arithmetic: months and years by the calendar, as Joda adds them."""

@@ -19,6 +19,7 @@ from sluice.spec.input_format import RecordFormat
 from sluice.spec.input_source import FORMATLESS_SOURCES, InputSource, SplitHintSpec
 from sluice.spec.intervals import parse_interval
 from sluice.spec.model import SpecModel
+from sluice.spec.tuning import DruidRuntimeTuning, only_default
 
 MAX_INT = 2_147_483_647
 #: Druid's default priority of batch index tasks (realtime 75, compaction 25)
@@ -159,9 +160,9 @@ class BatchIOConfig(SpecModel):
         return IngestionMode.REPLACE if self.drop_existing else IngestionMode.REPLACE_LEGACY
 
 
-class BatchTuningConfig(SpecModel):
-    """Druid's ParallelIndexTuningConfig. Fields that steer Druid's own JVM (persist queues, merge fan-in,
-    segment write-out) are accepted with any value: Spark plans those parts of the job itself."""
+class BatchTuningConfig(DruidRuntimeTuning):
+    """Druid's ParallelIndexTuningConfig. Fields that steer Druid's own JVM and sub-task RPC are accepted with any
+    value: Spark plans those parts of the job itself."""
 
     type: Literal["index_parallel", "index"] | None = None
     max_rows_in_memory: int = Field(1_000_000, ge=1)
@@ -177,23 +178,24 @@ class BatchTuningConfig(SpecModel):
     report_parse_exceptions: bool = False
     split_hint_spec: SplitHintSpec | None = None
     # accepted, as Spark plans the work they tune in Druid
-    max_pending_persists: int = 0
     push_timeout: int = 0
     max_num_segments_to_merge: int = 100
     total_num_merge_tasks: int = 10
-    max_columns_to_merge: int = -1
     task_status_check_period_ms: int = 1000
     chat_handler_timeout: str = "PT10S"
     chat_handler_num_retries: int = 5
     await_segment_availability_timeout_millis: int = 0
-    index_spec: dict[str, Any] | None = None
-    index_spec_for_intermediate_persists: dict[str, Any] | None = None
-    segment_write_out_medium_factory: dict[str, Any] | None = None
+    max_allowed_lock_count: int = -1
     #: the `index` task's deprecated forms of partitionsSpec
     max_rows_per_segment: int | None = Field(None, ge=1)
     max_total_rows: int | None = Field(None, ge=1)
     num_shards: int | None = Field(None, ge=1)
     partition_dimensions: list[str] | None = None
+
+    @field_validator("max_allowed_lock_count")
+    @classmethod
+    def _unlimited_locks(cls, value: int) -> int:
+        return only_default(value, -1, "a task takes a lock on every time chunk it writes")
 
     @model_validator(mode="after")
     def _rollup_fits_partitions(self) -> BatchTuningConfig:

@@ -11,6 +11,7 @@ from sluice.spec.expressions import CompiledExpression, compile_expression
 from sluice.spec.filters import DimFilter
 from sluice.spec.granularity import Granularity, parse_granularity
 from sluice.spec.model import SpecModel
+from sluice.spec.tuning import only_default
 
 TIMESTAMP_FORMATS = ("auto", "iso", "posix", "millis", "micro", "nano")
 
@@ -55,6 +56,18 @@ class DimensionSpec(SpecModel):
     type: DimensionType = "string"
     #: accepted because it only concerns Druid's bitmap indexes, which Parquet segments do not have
     create_bitmap_index: bool = True
+    multi_value_handling: str = "SORTED_ARRAY"
+    max_string_length: int | None = Field(None, exclude=True)  # only null: not written back
+
+    @field_validator("multi_value_handling")
+    @classmethod
+    def _single_values(cls, value: str) -> str:
+        return only_default(value.upper(), "SORTED_ARRAY", "multi-value dimensions are not supported yet")
+
+    @field_validator("max_string_length")
+    @classmethod
+    def _whole_strings(cls, value: int | None) -> int | None:
+        return only_default(value, None, "strings are stored whole")
 
 
 class DimensionsSpec(SpecModel):
@@ -130,6 +143,12 @@ class AggregatorSpec(SpecModel):
     type: AggregatorType
     name: str = Field(min_length=1)
     field_name: str | None = Field(None, validate_default=True)
+    expression: str | None = Field(None, exclude=True)  # only null: not written back
+
+    @field_validator("expression")
+    @classmethod
+    def _no_expression(cls, value: str | None) -> str | None:
+        return only_default(value, None, "expression aggregators are not supported yet; use a transform and fieldName")
 
     @field_validator("field_name")
     @classmethod

@@ -71,7 +71,7 @@ class JsonInputFormat(SpecModel):
     feature_spec: dict[str, Any] = Field(default_factory=dict)
     #: accepted: Sluice keeps absent and null columns alike (SQL-compatible nulls)
     keep_null_columns: bool | None = None
-    assume_newline_json: bool = False
+    assume_newline_delimited: bool = False
     use_json_node_reader: bool = False
 
 

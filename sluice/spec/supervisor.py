@@ -29,6 +29,7 @@ from sluice.spec.input_format import (
 )
 from sluice.spec.legacy import from_legacy_parser
 from sluice.spec.model import SpecModel
+from sluice.spec.tuning import DruidRuntimeTuning, only_default
 from sluice.periods import format_duration, parse_duration
 
 if TYPE_CHECKING:
@@ -65,6 +66,9 @@ class JsonInputFormat(SpecModel):
     feature_spec: dict[str, Any] = Field(default_factory=dict)
     #: accepted: Sluice keeps absent and null columns alike (SQL-compatible nulls)
     keep_null_columns: bool = False
+    #: accepted: a Kafka message is one JSON record
+    assume_newline_delimited: bool = False
+    use_json_node_reader: bool = False
 
     @model_serializer(mode="wrap")
     def _without_unset_parts(self, handler: Any) -> dict[str, Any]:
@@ -234,6 +238,67 @@ class KafkaIOConfig(PeriodField):
     #: rows newer than the task's creation time plus taskDuration plus this period are thrown away
     early_message_rejection_period: timedelta | None = None
     idle_config: IdleConfig | None = None
+    # accepted at Druid's defaults; other values are refused, naming the field (docs/spec-fields.md)
+    topic_pattern: str | None = None
+    auto_scaler_config: dict[str, Any] | None = None
+    stop_task_count: int | None = None
+    server_priority_to_replicas: dict[str, int] | None = None
+    config_overrides: dict[str, Any] | None = None
+    emit_time_lag_metrics: bool = False
+    lag_aggregator: dict[str, Any] | None = None
+    partition_ids: list[int] | None = None
+    bounded_stream_config: dict[str, Any] | None = None
+    #: what Druid writes back in a supervisor's spec (GET): a spec fetched from Druid is accepted as it is
+    stream: str | None = None
+    use_earliest_sequence_number: bool | None = None
+
+    @field_validator("stream")
+    @classmethod
+    def _stream_is_the_topic(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and value != info.data.get("topic"):
+            raise ValueError(f"stream is Druid's copy of the topic; it must be {info.data.get('topic')!r}")
+        return value
+
+    @field_validator("use_earliest_sequence_number")
+    @classmethod
+    def _same_start(cls, value: bool | None, info: ValidationInfo) -> bool | None:
+        if value is not None and value != info.data.get("use_earliest_offset"):
+            raise ValueError("useEarliestSequenceNumber is Druid's copy of useEarliestOffset; they must agree")
+        return value
+
+    @field_validator("topic_pattern", "server_priority_to_replicas", "config_overrides", "partition_ids",
+                     "bounded_stream_config")
+    @classmethod
+    def _not_yet(cls, value: Any) -> Any:
+        return only_default(value, None, "not supported yet")
+
+    @field_validator("emit_time_lag_metrics")
+    @classmethod
+    def _lag_in_records(cls, value: bool) -> bool:
+        return only_default(value, False, "lag is reported in records (offsets), not in time")
+
+    @field_validator("auto_scaler_config")
+    @classmethod
+    def _fixed_task_count(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value and value.get("enableTaskAutoScaler"):
+            raise ValueError("the task autoscaler is not supported yet: set enableTaskAutoScaler false, and taskCount "
+                             "is the number of reading tasks")
+        return value
+
+    @field_validator("stop_task_count")
+    @classmethod
+    def _all_at_once(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and value < info.data.get("task_count", 1):
+            raise ValueError("stopTaskCount below taskCount is not supported yet: every task group of a supervisor "
+                             "rolls over at once")
+        return value
+
+    @field_validator("lag_aggregator")
+    @classmethod
+    def _summed_lag(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value not in (None, {"type": "default"}):
+            raise ValueError("only {'type': 'default'} (Druid's default) is supported: lag is summed over partitions")
+        return value
 
     @property
     def flatten_spec(self) -> FlattenSpec | None:
@@ -293,7 +358,7 @@ class PartitionsSpec(SpecModel):
     max_total_rows: int | None = Field(None, ge=1)
 
 
-class KafkaTuningConfig(PeriodField):
+class KafkaTuningConfig(PeriodField, DruidRuntimeTuning):
     type: Literal["kafka"] = "kafka"
     #: the most events one Spark read job takes in (Druid: rows held in memory before a persist)
     max_rows_in_memory: int = Field(150_000, ge=1)
@@ -316,6 +381,28 @@ class KafkaTuningConfig(PeriodField):
     #: when stored offsets are gone from the stream, start those partitions over (earliest or latest per
     #: useEarliestOffset) and alert, instead of stopping until an operator resets the supervisor
     reset_offset_automatically: bool = False
+    # Druid's supervisor-to-task RPC and handoff waits: Sluice's own are fixed, so these are accepted and unused
+    handoff_condition_timeout: int = 900_000
+    chat_retries: int = 8
+    http_timeout: timedelta = timedelta(seconds=10)
+    shutdown_timeout: timedelta = timedelta(seconds=80)
+    offset_fetch_period: timedelta = timedelta(seconds=30)
+    worker_threads: int | None = None
+    release_locks_on_handoff: bool = False
+    #: Kinesis only; Kafka ignores it, as Druid does
+    repartition_transition_duration: timedelta = timedelta(minutes=2)
+    skip_sequence_number_availability_check: bool = False
+    streaming_partitions_spec: dict[str, Any] | None = None
+
+    @field_validator("skip_sequence_number_availability_check")
+    @classmethod
+    def _offsets_checked(cls, value: bool) -> bool:
+        return only_default(value, False, "a task always checks that its start offsets are still in Kafka")
+
+    @field_validator("streaming_partitions_spec")
+    @classmethod
+    def _no_streaming_partitions(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return only_default(value, None, "not supported yet")
 
     def effective_max_parse_exceptions(self) -> int:
         return 0 if self.report_parse_exceptions else self.max_parse_exceptions
@@ -342,6 +429,16 @@ class KafkaSupervisorSpec(SpecModel):
     spec: IngestionSpec
     suspended: bool = False
     context: dict[str, Any] | None = None
+    supervisor_id: str | None = Field(None, alias="id")
+
+    @field_validator("supervisor_id")
+    @classmethod
+    def _named_after_its_data_source(cls, value: str | None, info: ValidationInfo) -> str | None:
+        spec = info.data.get("spec")
+        if value is not None and spec is not None and value != spec.data_schema.data_source:
+            raise ValueError(f"a supervisor is named after its data source in Sluice (one per data source): give id "
+                             f"{spec.data_schema.data_source!r} or leave it out")
+        return value
 
     @property
     def id(self) -> str:

@@ -86,7 +86,8 @@ def test_the_legacy_spec_form_is_accepted_and_served_back_in_the_current_form(ht
     assert http.post("/druid/indexer/v1/supervisor", json=legacy).json() == {"id": "legacy_form"}
     assert "legacy_form" in http.get("/druid/indexer/v1/supervisor").json()
     served = http.get("/druid/indexer/v1/supervisor/legacy_form").json()
-    assert served["spec"]["ioConfig"]["inputFormat"] == {"type": "json", "keepNullColumns": False}
+    assert served["spec"]["ioConfig"]["inputFormat"] == {"type": "json", "keepNullColumns": False,
+                                                         "assumeNewlineDelimited": False, "useJsonNodeReader": False}
     assert served["spec"]["dataSchema"]["timestampSpec"]["column"] == "time"
     assert http.post("/druid/indexer/v1/supervisor/legacy_form/terminate").json() == {"id": "legacy_form"}
     assert http.get("/druid/indexer/v1/supervisor/legacy_form/status").status_code == 404

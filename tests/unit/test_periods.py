@@ -99,3 +99,7 @@ def test_a_task_duration_in_months_is_refused_as_druid_refuses_it():
 def test_a_task_duration_in_days_and_hours():
     spec = parse_supervisor_spec(_spec(taskDuration="P1DT12H"))
     assert spec.spec.io_config.task_duration == timedelta(days=1, hours=12)
+
+
+def test_druids_forever_is_the_longest_duration():
+    assert Period.parse("P2147483647D").to_timedelta() == timedelta.max

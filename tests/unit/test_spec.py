@@ -390,16 +390,16 @@ INVALID = [
      "spec.dataSchema.timestampSpec.format", "Joda pattern letters e, w, x are not supported yet"),
     ("spec.dataSchema.timestampSpec", {"column": "ts", "missingValue": "not a date"},
      "spec.dataSchema.timestampSpec.missingValue", "valid datetime"),
-    ("spec.tuningConfig", {"type": "kafka", "indexSpec": {"bitmap": {"type": "roaring"}}},
-     "spec.tuningConfig.indexSpec", DOES_NOT_SUPPORT),
+    ("spec.tuningConfig", {"type": "kafka", "skipSequenceNumberAvailabilityCheck": True},
+     "spec.tuningConfig.skipSequenceNumberAvailabilityCheck", "only False (Druid's default) is supported"),
     ("spec.ioConfig.autoScalerConfig", {"enableTaskAutoScaler": True, "taskCountMax": 4, "taskCountMin": 1},
-     "spec.ioConfig.autoScalerConfig", DOES_NOT_SUPPORT),
+     "spec.ioConfig.autoScalerConfig", "the task autoscaler is not supported yet"),
     ("spec.dataSchema.flattenSpec", {"useFieldDiscovery": True},
      "spec.dataSchema.flattenSpec", DOES_NOT_SUPPORT),
     ("spec.ioConfig.inputFormat", {"type": "json", "flattenSpec": {"fields": [{"type": "path", "name": "x"}]}},
      "spec.ioConfig.inputFormat.flattenSpec.fields[0]", "a path field needs expr"),
     ("spec.ioConfig.topicPattern", "metrics-.*",
-     "spec.ioConfig.topicPattern", DOES_NOT_SUPPORT),
+     "spec.ioConfig.topicPattern", "only None (Druid's default) is supported: not supported yet"),
     ("spec.dataSchema.dimensionsSpec",
      {"dimensions": ["page"], "spatialDimensions": [{"dimName": "coordinates", "dims": ["lat", "long"]}]},
      "spec.dataSchema.dimensionsSpec.spatialDimensions", "spatial dimensions are not supported"),
@@ -410,7 +410,7 @@ INVALID = [
     ("spec.dataSchema.dimensionsSpec", {"dimensions": ["page"], "forceSegmentSortByTime": False},
      "spec.dataSchema.dimensionsSpec.forceSegmentSortByTime", "always sorted by __time first"),
     ("spec.dataSchema.dimensionsSpec", {"dimensions": [{"name": "tags", "multiValueHandling": "ARRAY"}]},
-     "spec.dataSchema.dimensionsSpec.dimensions[0].multiValueHandling", DOES_NOT_SUPPORT),
+     "spec.dataSchema.dimensionsSpec.dimensions[0].multiValueHandling", "multi-value dimensions are not supported"),
     ("spec.dataSchema.dimensionsSpec", {"dimensions": []},
      "spec.dataSchema.dimensionsSpec.dimensions", "schemaless ingestion (an empty dimensions list) is not supported"),
     ("spec.dataSchema.dimensionsSpec", {"dimensions": [{"name": "payload", "type": "json"}]},
@@ -506,8 +506,8 @@ LEGACY_INVALID = [
      "dataSchema.metricsSpec[0].fieldName", "longSum needs fieldName"),
     ("ioConfig.topic", DELETE,
      "ioConfig.topic", "Field required"),
-    ("tuningConfig.indexSpec", {},
-     "tuningConfig.indexSpec", DOES_NOT_SUPPORT),
+    ("tuningConfig.appendableIndexSpec", {"preserveExistingMetrics": True},
+     "tuningConfig.appendableIndexSpec.preserveExistingMetrics", "only False (Druid's default) is supported"),
     ("dataSchema.parser.parseSpec.dimensionsSpec", {"dimensions": ["channel"], "dimensionExclusions": ["channel"]},
      "dataSchema.parser.parseSpec.dimensionsSpec.dimensionExclusions", "cannot overlap; in both: channel"),
     ("tuningConfig.maxTotalRows", 0,
@@ -592,7 +592,7 @@ def test_serialized_form_has_druid_shape():
     assert serialized["dataSchema"]["granularitySpec"] == {
         "type": "uniform", "segmentGranularity": "DAY", "queryGranularity": "NONE", "rollup": True, "intervals": None}
     assert serialized["dataSchema"]["dimensionsSpec"]["dimensions"] == [
-        {"name": "page", "type": "string", "createBitmapIndex": True}]
+        {"name": "page", "type": "string", "createBitmapIndex": True, "multiValueHandling": "SORTED_ARRAY"}]
     assert (serialized["context"], serialized["suspended"]) == (None, False)
 
 
@@ -731,7 +731,7 @@ def test_every_message_format_is_accepted_and_round_trips(input_format, check):
 
 def test_a_plain_json_format_is_served_in_druids_form():
     assert parse_supervisor_spec(copy.deepcopy(MINIMAL)).to_json()["spec"]["ioConfig"]["inputFormat"] == {
-        "type": "json", "keepNullColumns": False}
+        "type": "json", "keepNullColumns": False, "assumeNewlineDelimited": False, "useJsonNodeReader": False}
 
 
 @pytest.mark.parametrize("input_format, flatten", [
