@@ -19,7 +19,7 @@ from sluice.spec.input_format import RecordFormat
 from sluice.spec.input_source import FORMATLESS_SOURCES, InputSource, SplitHintSpec
 from sluice.spec.intervals import parse_interval
 from sluice.spec.model import SpecModel
-from sluice.spec.tuning import DruidRuntimeTuning, only_default
+from sluice.spec.tuning import DruidRuntimeTuning, defaults_only
 
 MAX_INT = 2_147_483_647
 #: Druid's default priority of batch index tasks (realtime 75, compaction 25)
@@ -192,10 +192,7 @@ class BatchTuningConfig(DruidRuntimeTuning):
     num_shards: int | None = Field(None, ge=1)
     partition_dimensions: list[str] | None = None
 
-    @field_validator("max_allowed_lock_count")
-    @classmethod
-    def _unlimited_locks(cls, value: int) -> int:
-        return only_default(value, -1, "a task takes a lock on every time chunk it writes")
+    _defaults = defaults_only({"max_allowed_lock_count": (-1, "a task takes a lock on every time chunk it writes")})
 
     @model_validator(mode="after")
     def _rollup_fits_partitions(self) -> BatchTuningConfig:

@@ -11,7 +11,7 @@ from sluice.spec.expressions import CompiledExpression, compile_expression
 from sluice.spec.filters import DimFilter
 from sluice.spec.granularity import Granularity, parse_granularity
 from sluice.spec.model import SpecModel
-from sluice.spec.tuning import only_default
+from sluice.spec.tuning import defaults_only
 
 TIMESTAMP_FORMATS = ("auto", "iso", "posix", "millis", "micro", "nano")
 
@@ -59,15 +59,8 @@ class DimensionSpec(SpecModel):
     multi_value_handling: str = "SORTED_ARRAY"
     max_string_length: int | None = Field(None, exclude=True)  # only null: not written back
 
-    @field_validator("multi_value_handling")
-    @classmethod
-    def _single_values(cls, value: str) -> str:
-        return only_default(value.upper(), "SORTED_ARRAY", "multi-value dimensions are not supported yet")
-
-    @field_validator("max_string_length")
-    @classmethod
-    def _whole_strings(cls, value: int | None) -> int | None:
-        return only_default(value, None, "strings are stored whole")
+    _defaults = defaults_only({"multi_value_handling": ("SORTED_ARRAY", "multi-value dimensions are not supported yet"),
+                               "max_string_length": (None, "strings are stored whole")})
 
 
 class DimensionsSpec(SpecModel):
@@ -145,10 +138,8 @@ class AggregatorSpec(SpecModel):
     field_name: str | None = Field(None, validate_default=True)
     expression: str | None = Field(None, exclude=True)  # only null: not written back
 
-    @field_validator("expression")
-    @classmethod
-    def _no_expression(cls, value: str | None) -> str | None:
-        return only_default(value, None, "expression aggregators are not supported yet; use a transform and fieldName")
+    _defaults = defaults_only({"expression": (None, "expression aggregators are not supported yet; use a transform "
+                                                    "and fieldName")})
 
     @field_validator("field_name")
     @classmethod

@@ -29,7 +29,7 @@ from sluice.spec.input_format import (
 )
 from sluice.spec.legacy import from_legacy_parser
 from sluice.spec.model import SpecModel
-from sluice.spec.tuning import DruidRuntimeTuning, only_default
+from sluice.spec.tuning import DruidRuntimeTuning, defaults_only
 from sluice.periods import format_duration, parse_duration
 
 if TYPE_CHECKING:
@@ -266,16 +266,11 @@ class KafkaIOConfig(PeriodField):
             raise ValueError("useEarliestSequenceNumber is Druid's copy of useEarliestOffset; they must agree")
         return value
 
-    @field_validator("topic_pattern", "server_priority_to_replicas", "config_overrides", "partition_ids",
-                     "bounded_stream_config")
-    @classmethod
-    def _not_yet(cls, value: Any) -> Any:
-        return only_default(value, None, "not supported yet")
-
-    @field_validator("emit_time_lag_metrics")
-    @classmethod
-    def _lag_in_records(cls, value: bool) -> bool:
-        return only_default(value, False, "lag is reported in records (offsets), not in time")
+    _defaults = defaults_only({
+        **dict.fromkeys(("topic_pattern", "server_priority_to_replicas", "config_overrides", "partition_ids",
+                         "bounded_stream_config"), (None, "not supported yet")),
+        "emit_time_lag_metrics": (False, "lag is reported in records (offsets), not in time"),
+    })
 
     @field_validator("auto_scaler_config")
     @classmethod
@@ -394,15 +389,11 @@ class KafkaTuningConfig(PeriodField, DruidRuntimeTuning):
     skip_sequence_number_availability_check: bool = False
     streaming_partitions_spec: dict[str, Any] | None = None
 
-    @field_validator("skip_sequence_number_availability_check")
-    @classmethod
-    def _offsets_checked(cls, value: bool) -> bool:
-        return only_default(value, False, "a task always checks that its start offsets are still in Kafka")
-
-    @field_validator("streaming_partitions_spec")
-    @classmethod
-    def _no_streaming_partitions(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        return only_default(value, None, "not supported yet")
+    _defaults = defaults_only({
+        "skip_sequence_number_availability_check": (False, "a task always checks that its start offsets are still in "
+                                                           "Kafka"),
+        "streaming_partitions_spec": (None, "not supported yet"),
+    })
 
     def effective_max_parse_exceptions(self) -> int:
         return 0 if self.report_parse_exceptions else self.max_parse_exceptions

@@ -7,20 +7,25 @@ A value that would change what is ingested is refused instead, naming the field.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import field_validator
+from pydantic import ValidationInfo, field_validator
 
 from sluice.spec.model import SpecModel
 
-__all__ = ["AppendableIndexSpec", "DruidRuntimeTuning", "only_default"]
+__all__ = ["AppendableIndexSpec", "DruidRuntimeTuning", "defaults_only"]
 
 
-def only_default(value: Any, default: Any, why: str) -> Any:
-    """For a field whose other values Sluice cannot honour: Druid's default passes, anything else says `why`."""
-    if value != default:
-        raise ValueError(f"only {default!r} (Druid's default) is supported: {why}")
-    return value
+def defaults_only(reasons: Mapping[str, tuple[Any, str]]) -> Any:
+    """A validator of the fields named in `reasons` (field -> (Druid's default, why no other value)), whose other
+    values Sluice cannot honour: the default passes, anything else is refused saying why. Assign it in a model."""
+    def check(cls: type, value: Any, info: ValidationInfo) -> Any:
+        default, why = reasons[info.field_name]
+        if (value.upper() if isinstance(value, str) and isinstance(default, str) else value) != default:
+            raise ValueError(f"only {default!r} (Druid's default) is supported: {why}")
+        return value
+    return field_validator(*reasons)(check)
 
 
 class AppendableIndexSpec(SpecModel):
@@ -30,10 +35,7 @@ class AppendableIndexSpec(SpecModel):
     type: Literal["onheap", "offheap"] = "onheap"
     preserve_existing_metrics: bool = False
 
-    @field_validator("preserve_existing_metrics")
-    @classmethod
-    def _no_preserved_metrics(cls, value: bool) -> bool:
-        return only_default(value, False, "metrics are always aggregated from the input rows")
+    _defaults = defaults_only({"preserve_existing_metrics": (False, "metrics are aggregated from the input rows")})
 
 
 class DruidRuntimeTuning(SpecModel):
