@@ -97,7 +97,10 @@ def test_the_legacy_spec_form_is_accepted_and_served_back_in_the_current_form(ht
     (lambda s: s["spec"]["dataSchema"]["metricsSpec"][1].pop("fieldName"), 400,
      "spec.dataSchema.metricsSpec[1].fieldName: longSum needs fieldName"),
     (lambda s: s["spec"]["ioConfig"].pop("topic"), 400, "spec.ioConfig.topic: Field required"),
-    (lambda s: s["spec"]["tuningConfig"].update(indexSpec={}), 400, "spec.tuningConfig.indexSpec: Sluice does not support"),
+    (lambda s: s["spec"]["tuningConfig"].update(skipSequenceNumberAvailabilityCheck=True), 400,
+     "spec.tuningConfig.skipSequenceNumberAvailabilityCheck: only False (Druid's default) is supported"),
+    (lambda s: s["spec"]["tuningConfig"].update(maxRowsInMemroy=1000), 400,
+     "spec.tuningConfig.maxRowsInMemroy: Sluice does not support this field"),
     (lambda s: s["spec"]["dataSchema"]["granularitySpec"].update(segmentGranularity="fortnight"), 400,
      "spec.dataSchema.granularitySpec.segmentGranularity: unknown granularity 'fortnight'"),
 ])
