@@ -18,6 +18,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from sluice.periods import format_duration, parse_duration
 from sluice.spec.data_schema import DataSchema
 from sluice.spec.errors import SpecError, from_validation_error
 from sluice.spec.input_format import (
@@ -30,7 +31,6 @@ from sluice.spec.input_format import (
 from sluice.spec.legacy import from_legacy_parser
 from sluice.spec.model import SpecModel
 from sluice.spec.tuning import DruidRuntimeTuning, defaults_only
-from sluice.periods import format_duration, parse_duration
 
 if TYPE_CHECKING:
     from sluice.stream.job_spec import StreamJobSpec

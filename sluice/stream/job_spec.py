@@ -26,10 +26,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Discriminator, Field, PlainSerializer, Tag, ValidationError
 
+from sluice.periods import format_duration, parse_duration
 from sluice.spec.data_schema import TimestampSpec
 from sluice.spec.errors import SpecError, from_validation_error
 from sluice.spec.model import SpecModel
-from sluice.periods import format_duration, parse_duration
 from sluice.spec.supervisor import JsonInputFormat
 from sluice.stream import topology as t
 from sluice.stream.builder import millis
