@@ -39,6 +39,8 @@ class AppendableIndexSpec(SpecModel):
 
 
 class DruidRuntimeTuning(SpecModel):
+    """The tuningConfig fields of Druid's own JVM that the Kafka supervisor and batch tasks share."""
+
     max_pending_persists: int = 0
     max_columns_to_merge: int = -1
     num_persist_threads: int = 1
