@@ -18,9 +18,10 @@ from sluice.broker import native_query as q
 from sluice.broker.engine import QueryResult
 from sluice.broker.native_filters import TIME, Columns, intervals_condition
 from sluice.broker.native_sql import HIDDEN, DataSourceView
-from sluice.broker.native_time import QueryInterval, add_period, condense, format_instant, format_interval, to_millis
+from sluice.broker.native_time import QueryInterval, add_period, condense, format_instant, format_interval
 from sluice.periods import Period
 from sluice.segment.segment import DataSegment
+from sluice.timestamps import to_millis
 
 DEFAULT_HISTORY = Period.parse("P1W")  # Druid's druid.query.segmentMetadata.defaultHistory
 CHUNK = HIDDEN + "chunk"

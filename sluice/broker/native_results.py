@@ -19,7 +19,8 @@ from sluice.broker.native_sql import (
     BUCKET, COUNT, DIMENSION, EMPTY_KIND, FIRST, KIND, MILLIS, ROW_KIND, ROWS, TOTAL_KIND, VALUE, DataSourceView,
     scan_columns,
 )
-from sluice.broker.native_time import QueryGranularity, QueryInterval, condense, format_instant, to_millis
+from sluice.broker.native_time import QueryGranularity, QueryInterval, condense, format_instant
+from sluice.timestamps import to_millis
 
 Row = dict[str, Any]
 _HELPERS = {KIND, BUCKET, FIRST, ROWS, MILLIS}

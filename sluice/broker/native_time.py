@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sluice.periods import Period
+from sluice.spec.granularity import GRANULARITIES
+from sluice.timestamps import to_datetime, to_millis
 
 MIN_INSTANT = -(2**63) // 2  # Druid's JodaUtils.MIN_INSTANT / MAX_INSTANT: ETERNITY's bounds
 MAX_INSTANT = (2**63 - 1) // 2
@@ -82,24 +84,12 @@ def format_instant(millis: int, zone: ZoneInfo | None = None) -> str:
     return f"{text}{sign}{minutes // 60:02d}:{minutes % 60:02d}"
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _DATETIME_MIN = _days_from_civil(1, 1, 2) * _DAY  # a day of margin for time-zone offsets
 _DATETIME_MAX = _days_from_civil(9999, 12, 30) * _DAY
 
 
 def in_datetime_range(millis: int) -> bool:
     return _DATETIME_MIN <= millis <= _DATETIME_MAX
-
-
-def to_datetime(millis: int) -> datetime:
-    return _EPOCH + timedelta(milliseconds=millis)
-
-
-def to_millis(value: datetime) -> int:
-    """A datetime (naive ones are UTC, as DuckDB returns them) as epoch millis."""
-    aware = value if value.tzinfo else value.replace(tzinfo=UTC)
-    delta = aware - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
 
 
 # ------------------------------------------------------------------------------------------------------ intervals
@@ -174,13 +164,6 @@ def _month_length(year: int, month: int) -> int:
 
 # ---------------------------------------------------------------------------------------------------- granularity
 
-# Druid's simple granularities (GranularityType) as periods; `all` and `none` have none.
-SIMPLE_GRANULARITIES = {
-    "second": "PT1S", "minute": "PT1M", "five_minute": "PT5M", "ten_minute": "PT10M", "fifteen_minute": "PT15M",
-    "thirty_minute": "PT30M", "hour": "PT1H", "six_hour": "PT6H", "eight_hour": "PT8H", "day": "P1D",
-    "week": "P1W", "month": "P1M", "quarter": "P3M", "year": "P1Y",
-}
-
 
 @dataclass(frozen=True)
 class QueryGranularity:
@@ -194,13 +177,12 @@ class QueryGranularity:
 
     @classmethod
     def simple(cls, name: str) -> QueryGranularity:
-        lowered = name.lower()
-        if lowered in ("all", "none"):
-            return cls(lowered)
-        if lowered not in SIMPLE_GRANULARITIES:
-            known = ", ".join(["all", "none", *SIMPLE_GRANULARITIES])
+        """Druid's simple granularities, the same for queries as for ingestion specs."""
+        granularity = GRANULARITIES.get(name.upper())
+        if granularity is None:
+            known = ", ".join(["all", "none", *(n.lower() for n, g in GRANULARITIES.items() if g.kind == "period")])
             raise ValueError(f"unknown granularity '{name}', expected one of {known}")
-        return cls("period", Period.parse(SIMPLE_GRANULARITIES[lowered]))
+        return cls(granularity.kind, granularity.period)
 
     @classmethod
     def of_period(cls, period: str, time_zone: str | None, origin: str | None) -> QueryGranularity:

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from sluice.periods import Period
-from sluice.timestamps import format_timestamp, parse_timestamp
+from sluice.timestamps import EPOCH, format_timestamp, parse_timestamp, to_datetime, to_millis
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: Druid's ETERNITY does not fit in a Python datetime; these bounds cover every representable row.
 ETERNITY_START = datetime(1, 1, 1, tzinfo=UTC)
 ETERNITY_END = datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC)
@@ -40,7 +39,7 @@ class Granularity:
         """As a spec writes it: the simple name, or Druid's `period` or `duration` object."""
         if self.name is not None:
             return self.name
-        origin = {} if self.origin is None else {"origin": format_timestamp(_at(self.origin))}
+        origin = {} if self.origin is None else {"origin": format_timestamp(to_datetime(self.origin))}
         if self.kind == "duration":
             return {"type": "duration", "duration": self.duration, **origin}
         return {"type": "period", "period": str(self.period), "timeZone": "UTC", **origin}
@@ -49,20 +48,20 @@ class Granularity:
         return self.name or (str(self.period) if self.kind == "period" else f"PT{self.duration / 1000:g}S")
 
     def bucket_start(self, ts: datetime) -> datetime:
-        millis = _millis(ts.astimezone(UTC) - EPOCH)
+        millis = to_millis(ts.astimezone(UTC))
         if self.kind == "all":
             return ETERNITY_START
         if self.kind == "none":
-            return _at(millis)
+            return to_datetime(millis)
         months = self._months()
         if months:
-            index = _month_index(_at(millis)) - self._origin_month()
+            index = _month_index(to_datetime(millis)) - self._origin_month()
             return _month_start(index // months * months + self._origin_month())
         if self.period is not None and self.period.single_field == ("weeks", 1) and self.origin is None:
-            day = _at(millis).replace(hour=0, minute=0, second=0, microsecond=0)
+            day = to_datetime(millis).replace(hour=0, minute=0, second=0, microsecond=0)
             return day - timedelta(days=day.weekday())
         step, origin = self._step(), self.origin or 0
-        return _at(origin + (millis - origin) // step * step)
+        return to_datetime(origin + (millis - origin) // step * step)
 
     def bucket_end(self, start: datetime) -> datetime:
         if self.kind == "all":
@@ -79,7 +78,7 @@ class Granularity:
         if self.kind == "none":
             return f"date_trunc('MILLISECOND', {column})"
         if self.kind == "all":
-            return f"timestamp_millis({_millis(ETERNITY_START - EPOCH)})"
+            return f"timestamp_millis({to_millis(ETERNITY_START)})"
         months = self._months()
         if months and self.origin is None and months in _TRUNC_MONTHS:
             return f"date_trunc('{_TRUNC_MONTHS[months]}', {column})"
@@ -99,7 +98,7 @@ class Granularity:
         return self.period.total_months if self.kind == "period" and self.period is not None else 0
 
     def _origin_month(self) -> int:
-        return _month_index(EPOCH if self.origin is None else _at(self.origin))
+        return _month_index(EPOCH if self.origin is None else to_datetime(self.origin))
 
     def _step(self) -> int:
         if self.kind == "duration" and self.duration:
@@ -110,10 +109,6 @@ class Granularity:
 
 def _millis(delta: timedelta) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
-
-
-def _at(millis: int) -> datetime:
-    return EPOCH + timedelta(milliseconds=millis)
 
 
 def _month_index(ts: datetime) -> int:
@@ -173,8 +168,8 @@ def _by_period(value: dict) -> Granularity:
     if (period.total_months or _millis(period.to_timedelta())) <= 0:
         raise ValueError(f"period {period} is not positive")
     granularity = Granularity("period", period, _origin(value))
-    if granularity.origin is not None and period.total_months and _at(granularity.origin) != \
-            _month_start(_month_index(_at(granularity.origin))):
+    if granularity.origin is not None and period.total_months and to_datetime(granularity.origin) != \
+            _month_start(_month_index(to_datetime(granularity.origin))):
         raise ValueError(f"origin {value['origin']!r} of period {period} must be the first instant of a month")
     return granularity
 
@@ -197,5 +192,5 @@ def _origin(value: dict) -> int | None:
     origin = value.get("origin")
     if origin is None:
         return None
-    return _millis(parse_timestamp(str(origin)).astimezone(UTC) - EPOCH)
+    return to_millis(parse_timestamp(str(origin)))
 

@@ -19,7 +19,8 @@ __all__ = ["AppendableIndexSpec", "DruidRuntimeTuning", "defaults_only"]
 
 def defaults_only(reasons: Mapping[str, tuple[Any, str]]) -> Any:
     """A validator of the fields named in `reasons` (field -> (Druid's default, why no other value)), whose other
-    values Sluice cannot honour: the default passes, anything else is refused saying why. Assign it in a model."""
+    values Sluice cannot honour: the default passes, anything else is refused saying why; text compares without
+    case, as Druid reads its enums. Assign it in a model."""
     def check(cls: type, value: Any, info: ValidationInfo) -> Any:
         default, why = reasons[info.field_name]
         if (value.upper() if isinstance(value, str) and isinstance(default, str) else value) != default:

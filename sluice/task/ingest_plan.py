@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 from sluice.spec.data_schema import AggregatorSpec, DataSchema, TimestampSpec
 from sluice.spec.expressions import quote_identifier as q
 from sluice.spec.expressions import string_literal
 from sluice.spec.input_format import FlattenSpec
+from sluice.timestamps import to_millis
 
 #: raw JSON text that Spark could not parse lands in this column (from_json's corrupt-record option)
 CORRUPT_COLUMN = "__corrupt"
 TIME = "__time"
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MILLISECOND = timedelta(milliseconds=1)
 _DIMENSION_SQL_TYPE = {"string": "STRING", "long": "BIGINT", "float": "FLOAT", "double": "DOUBLE"}
 
 
@@ -70,8 +69,8 @@ class MessageWindow:
     def outside_sql(self, time_column: str = TIME) -> str:
         """Spark SQL that is true for a row whose (transformed) timestamp lies outside the window."""
         millis = f"unix_millis({q(time_column)})"
-        bounds = [f"{millis} < {_epoch_millis(self.minimum)}" if self.minimum else None,
-                  f"{millis} > {_epoch_millis(self.maximum)}" if self.maximum else None]
+        bounds = [f"{millis} < {to_millis(self.minimum)}" if self.minimum else None,
+                  f"{millis} > {to_millis(self.maximum)}" if self.maximum else None]
         return " OR ".join(b for b in bounds if b) or "FALSE"
 
 
@@ -86,14 +85,9 @@ class IntervalsWindow:
         if not self.intervals:
             return "FALSE"
         millis = f"unix_millis({q(time_column)})"
-        inside = " OR ".join(f"({millis} >= {_epoch_millis(start)} AND {millis} < {_epoch_millis(end)})"
+        inside = " OR ".join(f"({millis} >= {to_millis(start)} AND {millis} < {to_millis(end)})"
                              for start, end in self.intervals)
         return f"NOT ({inside})"
-
-
-def _epoch_millis(instant: datetime) -> int:
-    """Whole epoch milliseconds (floored, as Joda-Time keeps them); a datetime without a zone is UTC."""
-    return ((instant if instant.tzinfo else instant.replace(tzinfo=UTC)) - _EPOCH) // _MILLISECOND
 
 
 @dataclass(frozen=True)
