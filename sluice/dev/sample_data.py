@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 
 from sluice.stream.kafka import KafkaStream
 
-__all__ = ["BAD_RECORD_RATE", "DAY", "SampleRecord", "generate", "produce"]
+__all__ = ["BAD_RECORD_RATE", "DAY", "SampleRecord", "generate", "generate_flat", "produce"]
 
 #: the day all events fall on (UTC), as in Druid's wikiticker-2015-09-12 sample
 DAY = "2015-09-12"
@@ -180,6 +180,27 @@ def generate(n: int, seed: int = 7) -> list[SampleRecord]:
         if kind == "malformed_json":
             text = text[: rng.randint(1, len(text) - 2)]  # a message cut off mid-write
         records.append(SampleRecord(text.encode("utf-8"), event if kind == "valid" else None, kind))
+    return records
+
+
+def generate_flat(n: int, dimensions: int = 8, seed: int = 7) -> list[SampleRecord]:
+    """``n`` valid events of the shape ``../shared/benchmarks/diy_kafka_rollup.py`` expects: ``ts`` (ISO-8601 on
+    :data:`DAY`, time-ordered), string dimensions ``d0``..``d{dimensions-1}``, ``m0`` long, ``m1`` and ``m2`` double.
+
+    Dimension ``d<i>`` has 4 * 3**i values (4, 12, 36, ...), Zipf-skewed as the sample's, so that the rollup to
+    the minute combines rows in the low dimensions and hardly in the high ones, as real event streams do.
+    """
+    rng = random.Random(seed)
+    columns = []
+    for i in range(dimensions):
+        size = 4 * 3**i
+        columns.append(rng.choices([f"d{i}-v{v}" for v in range(size)], cum_weights=_zipf_cum_weights(size, 0.9), k=n))
+    records = []
+    for row, ts in enumerate(_timestamps(rng, n)):
+        event: dict[str, Any] = {"ts": ts, **{f"d{i}": column[row] for i, column in enumerate(columns)},
+                                 "m0": rng.randrange(1000), "m1": round(rng.random() * 100, 3),
+                                 "m2": round(rng.lognormvariate(2.0, 1.0), 3)}
+        records.append(SampleRecord(_to_json(event).encode("utf-8"), event, "valid"))
     return records
 
 

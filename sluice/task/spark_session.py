@@ -10,8 +10,13 @@ import sys
 
 from pyspark.sql import SparkSession
 
-#: G1 with a fixed young generation and a heap that shrinks to what is live (see get_or_create)
-_JVM_OPTIONS = "-XX:+UseG1GC -Xmn256m -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=20 -XX:G1PeriodicGCInterval=5000"
+#: G1 with a fixed young generation and a heap that shrinks to what is live (see get_or_create); and JIT thresholds
+#: ten times the default. Every persist is a Spark job, and each job runs Spark's analyser, optimiser and planner
+#: once: at default thresholds the JIT kept compiling that code job after job, 5-9 of a warm task's 15 JVM CPU
+#: seconds per million events (`jstat -compiler`). Per-row code still reaches the higher thresholds within the first
+#: job; a task then reads 10-20 % faster, cold and warm (issue 19's note has the runs).
+_JVM_OPTIONS = ("-XX:+UseG1GC -Xmn256m -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=20 -XX:G1PeriodicGCInterval=5000 "
+                "-XX:CompileThresholdScaling=10")
 
 
 def get_or_create(master: str = "local[*,4]", app_name: str = "sluice") -> SparkSession:
