@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from sluice.ids import path_under
 from sluice.segment.segment import SegmentId
 from sluice.timestamps import format_timestamp
 
@@ -123,7 +124,7 @@ class LocalDeepStorage(DeepStorage):
         return self.root.as_uri()
 
     def push(self, local_file: Path, segment_id: SegmentId, *, unique_path: bool = False) -> dict[str, Any]:
-        target = self.root / storage_dir(segment_id, unique_path) / SEGMENT_FILE_NAME
+        target = path_under(self.root, storage_dir(segment_id, unique_path), SEGMENT_FILE_NAME)
         with open(local_file, "rb") as source:
             _write_atomically(source, target)
         return {"type": "local", "path": str(target)}

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from sluice.ids import DataSourceName
 from sluice.spec.expressions import CompiledExpression, compile_expression
 from sluice.spec.filters import DimFilter
 from sluice.spec.granularity import Granularity, parse_granularity
@@ -208,7 +209,7 @@ class TransformSpec(SpecModel):
 
 
 class DataSchema(SpecModel):
-    data_source: str = Field(min_length=1)
+    data_source: DataSourceName
     timestamp_spec: TimestampSpec = Field(default_factory=TimestampSpec)
     dimensions_spec: DimensionsSpec
     metrics_spec: list[AggregatorSpec] = Field(default_factory=list)

@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Discriminator, Field, PlainSerializer, Tag, ValidationError
 
+from sluice.ids import checked
 from sluice.periods import format_duration, parse_duration
 from sluice.spec.data_schema import TimestampSpec
 from sluice.spec.errors import SpecError, from_validation_error
@@ -200,7 +201,8 @@ class StreamJobBody(PipelineSpec):
 
 class StreamJobSpec(SpecModel):
     type: Literal["stream"]
-    id: str = Field(min_length=1)
+    #: names the job's checkpoint directory, so checked as a task id is
+    id: Annotated[str, checked("stream job id")]
     spec: StreamJobBody
     suspended: bool = False
     context: dict[str, Any] | None = None

@@ -22,6 +22,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from sluice.ids import path_under
 from sluice.emitter import metrics
 from sluice.metadata.offsets import StreamOffsets
 from sluice.segment.deep_storage import LocalDeepStorage
@@ -90,7 +91,7 @@ def checkpoint_dir(toolbox: TaskToolbox, job_id: str) -> Path:
     stay on the worker (Spark's S3 file system is a JVM jar pip's pyspark lacks), so the job resumes there."""
     root = toolbox.deep_storage.root if isinstance(toolbox.deep_storage, LocalDeepStorage) \
         else toolbox.task_dir.parent
-    return root / "_stream_jobs" / job_id
+    return path_under(root / "_stream_jobs", job_id)
 
 
 class StreamJobTask:

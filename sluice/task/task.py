@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
 
+from sluice.ids import validate_id
+
 if TYPE_CHECKING:
     from sluice.task.toolbox import TaskToolbox
 
@@ -231,7 +233,13 @@ def task_from_json(payload: Any) -> TaskSpec:
     if module is None:
         raise TaskFailure(f"task type {payload.get('type')!r} is not supported; Sluice runs "
                           f"{', '.join(repr(t) for t in TASK_MODULES)}")
-    return importlib.import_module(module).spec_from_json(payload)
+    spec: TaskSpec = importlib.import_module(module).spec_from_json(payload)
+    try:  # they become directory names
+        validate_id("task ID", spec.id)
+        validate_id("dataSource", spec.data_source)
+    except ValueError as error:
+        raise TaskFailure(str(error)) from None
+    return spec
 
 
 def create_task(spec: TaskSpec, toolbox: TaskToolbox) -> RunnableTask:

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from sluice.ids import path_under
 from sluice.task.kafka_index_task import KafkaIndexTask
 from sluice.task.toolbox import TaskToolbox
 from sluice.task.task import RunnableTask, StatusListeners, TaskSpec, TaskStatus, create_task, write_task_file
@@ -37,7 +38,7 @@ class ThreadTaskRunner(StatusListeners):
         self._lock = threading.Lock()
 
     def task_dir(self, task_id: str) -> Path:
-        return self._tasks_dir / task_id
+        return path_under(self._tasks_dir, task_id)
 
     def run(self, spec: TaskSpec) -> None:
         task_dir = self.task_dir(spec.id)

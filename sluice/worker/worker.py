@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.emitter import EmitterConfig
+from sluice.ids import path_under, validate_id
 from sluice.task.task import TaskStatus, task_from_json, write_task_file
 from sluice.worker.peon import SHUTDOWN_SIGNAL, STATUS_FILE, TASK_FILE, read_report, read_status, try_lock
 
@@ -123,7 +124,7 @@ class WorkerTaskManager:
             slot = self._free_slot()
             if slot is None:
                 raise WorkerFull(f"worker has no free slot (capacity {self.capacity})")
-            task_dir = self.slot_dir(slot) / spec.id
+            task_dir = path_under(self.slot_dir(slot), spec.id)
             task_dir.mkdir(parents=True, exist_ok=True)
             write_task_file(task_dir, TASK_FILE, spec.to_json())
             self._launch(spec.id, slot, task_dir)
@@ -172,6 +173,10 @@ class WorkerTaskManager:
 
     def task_dir(self, task_id: str) -> Path | None:
         """The directory of a task this worker runs or ran, in whichever base task dir it was given."""
+        try:
+            validate_id("task ID", task_id)  # it comes from a URL
+        except ValueError:
+            return None
         return next((base / task_id for base in self.base_task_dirs if (base / task_id / TASK_FILE).exists()), None)
 
     def log(self, task_id: str, offset: int = 0) -> bytes | None:

@@ -349,7 +349,7 @@ INVALID = [
     ("spec.dataSchema.dataSource", DELETE,
      "spec.dataSchema.dataSource", "Field required"),
     ("spec.dataSchema.dataSource", "",
-     "spec.dataSchema.dataSource", "at least 1 character"),
+     "spec.dataSchema.dataSource", "dataSource cannot be null or empty. Please provide a dataSource."),
     ("spec.ioConfig.topic", DELETE,
      "spec.ioConfig.topic", "Field required"),
     ("spec.ioConfig.consumerProperties", {"group.id": "g"},

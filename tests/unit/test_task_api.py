@@ -102,3 +102,17 @@ def test_settings_druid_refuses_are_refused_at_the_command_line(argv, message):
 def test_only_the_overlord_roles_take_overlord_settings():
     with pytest.raises(SystemExit):
         build_parser().parse_args(["broker", "--indexer-queue-max-size", "5"])
+
+
+@pytest.mark.parametrize(("payload", "error"), [
+    ({"type": "noop", "id": "/tmp/x"}, "task ID cannot contain the '/' character."),
+    ({"type": "noop", "id": "noop_evil", "dataSource": "../../../tmp/evil"},
+     "dataSource cannot start with the '.' character."),
+    ({"type": "noop", "id": "noop\x00"}, "task ID cannot contain character #0 (at position 4)."),
+    ({"type": "noop", "id": "n" * 256}, "task ID cannot be longer than 255 bytes."),
+])
+def test_a_task_whose_id_or_data_source_is_a_path_is_a_400_and_stores_nothing(metadata, payload, error):
+    http, _ = client(metadata)
+    refused = http.post("/druid/indexer/v1/task", json=payload)
+    assert (refused.status_code, refused.json()) == (400, {"error": error})
+    assert http.get("/druid/indexer/v1/tasks").json() == []
