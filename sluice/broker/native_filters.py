@@ -11,7 +11,7 @@ from sqlglot import exp
 
 from sluice.broker import native_query as q
 from sluice.broker.native_expressions import ExpressionError, druid_function, to_condition, to_sql
-from sluice.broker.native_time import QueryInterval, format_instant, in_datetime_range
+from sluice.timestamps import EpochInterval, format_instant, in_datetime_range
 from sluice.broker.sql import TIME_COLUMN as TIME
 from sluice.spec.errors import SpecError
 
@@ -101,7 +101,7 @@ def _string(value: object) -> exp.Expr:
 # -------------------------------------------------------------------------------------------------------- filters
 
 
-def intervals_condition(intervals: Sequence[QueryInterval]) -> exp.Expr | None:
+def intervals_condition(intervals: Sequence[EpochInterval]) -> exp.Expr | None:
     """`__time` within any of the intervals; bounds beyond what a segment can hold (ETERNITY's) are left out."""
     time = exp.column(TIME, quoted=True)
     ranges = []

@@ -18,10 +18,9 @@ from sluice.broker import native_query as q
 from sluice.broker.engine import QueryResult
 from sluice.broker.native_filters import TIME, Columns, intervals_condition
 from sluice.broker.native_sql import HIDDEN, DataSourceView
-from sluice.broker.native_time import QueryInterval, add_period, condense, format_instant, format_interval
 from sluice.periods import Period
 from sluice.segment.segment import DataSegment
-from sluice.timestamps import to_millis
+from sluice.timestamps import EpochInterval, add_period, condense, format_instant, format_interval, to_millis
 
 DEFAULT_HISTORY = Period.parse("P1W")  # Druid's druid.query.segmentMetadata.defaultHistory
 CHUNK = HIDDEN + "chunk"
@@ -35,8 +34,8 @@ def segment_json(segment: DataSegment) -> dict[str, Any]:
     return {name: payload[name] for name in _DRUID_FIELDS}
 
 
-def segment_interval(segment: DataSegment) -> QueryInterval:
-    return QueryInterval(to_millis(segment.interval.start), to_millis(segment.interval.end))
+def segment_interval(segment: DataSegment) -> EpochInterval:
+    return EpochInterval(to_millis(segment.interval.start), to_millis(segment.interval.end))
 
 
 # ------------------------------------------------------------------------------------------------ segmentMetadata
@@ -46,7 +45,7 @@ def segment_interval(segment: DataSegment) -> QueryInterval:
 class Chunk:
     """The visible segments of one time chunk, and the columns the query reports for them."""
 
-    interval: QueryInterval
+    interval: EpochInterval
     segments: list[DataSegment]
     columns: list[str]
 
@@ -58,8 +57,8 @@ def metadata_chunks(query: q.SegmentMetadataQuery, source: DataSourceView) -> li
     intervals = query.intervals
     if intervals is None:
         end = max(segment_interval(s).end for s in source.segments)
-        intervals = (QueryInterval(add_period(end, DEFAULT_HISTORY, None, -1), end),)
-    by_interval: dict[QueryInterval, list[DataSegment]] = {}
+        intervals = (EpochInterval(add_period(end, DEFAULT_HISTORY, None, -1), end),)
+    by_interval: dict[EpochInterval, list[DataSegment]] = {}
     for segment in sorted(source.segments, key=lambda s: s.id):
         interval = segment_interval(segment)
         if any(i.overlaps(interval.start, interval.end) for i in intervals):
@@ -144,7 +143,7 @@ def _column_analysis(query: q.SegmentMetadataQuery, name: str, row: dict[str, An
             "cardinality": cardinality, "minValue": low, "maxValue": high, "errorMessage": None}
 
 
-def _analysis(query: q.SegmentMetadataQuery, analysis_id: str, intervals: list[QueryInterval],
+def _analysis(query: q.SegmentMetadataQuery, analysis_id: str, intervals: list[EpochInterval],
               columns: dict[str, Any], size: int, rows: int, segments: Sequence[DataSegment]) -> dict[str, Any]:
     wanted = set(query.analysis_types)
     aggregators = None
@@ -203,7 +202,7 @@ def _aggregators_agree(segments: Sequence[DataSegment]) -> bool:
 # ---------------------------------------------------------------------------------------------- data source info
 
 
-def dimensions_and_metrics(segments: Sequence[DataSegment], interval: QueryInterval) -> dict[str, list[str]]:
+def dimensions_and_metrics(segments: Sequence[DataSegment], interval: EpochInterval) -> dict[str, list[str]]:
     """`GET /druid/v2/datasources/{ds}`: the dimensions and metrics of the segments overlapping `interval`."""
     overlapping = [s for s in segments if interval.overlaps(*_bounds(s))]
     return {
@@ -238,7 +237,7 @@ def full_data_source(name: str, segments: Sequence[DataSegment]) -> dict[str, An
     return {"name": name, "properties": {}, "segments": [segment_json(s) for s in sorted(segments, key=lambda s: s.id)]}
 
 
-def served_intervals(segments: Sequence[DataSegment], interval: QueryInterval) -> dict[str, dict[str, list[str]]]:
+def served_intervals(segments: Sequence[DataSegment], interval: EpochInterval) -> dict[str, dict[str, list[str]]]:
     """`GET /druid/v2/datasources/{ds}?full`: per served interval (clipped to `interval`), its dimensions and
     metrics; abutting intervals with the same columns are collapsed into one, as Druid's ClientInfoResource does."""
     chunks: dict[tuple[int, int], list[DataSegment]] = {}
@@ -246,11 +245,11 @@ def served_intervals(segments: Sequence[DataSegment], interval: QueryInterval) -
         start, end = _bounds(segment)
         if interval.overlaps(start, end):
             chunks.setdefault((max(start, interval.start), min(end, interval.end)), []).append(segment)
-    collapsed: list[tuple[QueryInterval, dict[str, list[str]]]] = []
+    collapsed: list[tuple[EpochInterval, dict[str, list[str]]]] = []
     for (start, end), chunk in sorted(chunks.items()):
-        columns = dimensions_and_metrics(chunk, QueryInterval(start, end))
+        columns = dimensions_and_metrics(chunk, EpochInterval(start, end))
         if collapsed and collapsed[-1][0].end == start and collapsed[-1][1] == columns:
-            collapsed[-1] = (QueryInterval(collapsed[-1][0].start, end), columns)
+            collapsed[-1] = (EpochInterval(collapsed[-1][0].start, end), columns)
         else:
-            collapsed.append((QueryInterval(start, end), columns))
+            collapsed.append((EpochInterval(start, end), columns))
     return {format_interval(i): columns for i, columns in collapsed}

@@ -12,12 +12,11 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BeforeValidator, Field, PlainValidator, model_validator
 
-from sluice.broker.native_time import (
-    MAX_INSTANT, MIN_INSTANT, QueryGranularity, QueryInterval, parse_instant, parse_interval,
-)
+from sluice.broker.native_time import QueryGranularity
+from sluice.timestamps import MAX_INSTANT, MIN_INSTANT, EpochInterval, parse_instant, parse_interval
 from sluice.spec.model import SpecModel
 
-ETERNITY = QueryInterval(MIN_INSTANT, MAX_INSTANT)
+ETERNITY = EpochInterval(MIN_INSTANT, MAX_INSTANT)
 
 
 def _granularity(value: Any) -> QueryGranularity:
@@ -43,7 +42,7 @@ def _granularity(value: Any) -> QueryGranularity:
     return QueryGranularity.simple(kind)
 
 
-def _intervals(value: Any) -> tuple[QueryInterval, ...]:
+def _intervals(value: Any) -> tuple[EpochInterval, ...]:
     """A list of `start/end` strings, one such string, or `{"type": "intervals", "intervals": [...]}`."""
     if isinstance(value, dict) and value.get("type") == "intervals" and set(value) == {"type", "intervals"}:
         value = value["intervals"]
@@ -55,7 +54,7 @@ def _intervals(value: Any) -> tuple[QueryInterval, ...]:
 
 
 Granularity = Annotated[QueryGranularity, PlainValidator(_granularity)]
-Intervals = Annotated[tuple[QueryInterval, ...], PlainValidator(_intervals)]
+Intervals = Annotated[tuple[EpochInterval, ...], PlainValidator(_intervals)]
 Scalar = Union[str, int, float, bool, None]
 
 

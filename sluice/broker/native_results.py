@@ -19,8 +19,8 @@ from sluice.broker.native_sql import (
     BUCKET, COUNT, DIMENSION, EMPTY_KIND, FIRST, KIND, MILLIS, ROW_KIND, ROWS, TOTAL_KIND, VALUE, DataSourceView,
     scan_columns,
 )
-from sluice.broker.native_time import QueryGranularity, QueryInterval, condense, format_instant
-from sluice.timestamps import to_millis
+from sluice.broker.native_time import QueryGranularity
+from sluice.timestamps import EpochInterval, condense, format_instant, to_millis
 
 Row = dict[str, Any]
 _HELPERS = {KIND, BUCKET, FIRST, ROWS, MILLIS}
@@ -51,11 +51,11 @@ def _outputs(row: Row) -> dict[str, Any]:
     return {name: json_value(value) for name, value in row.items() if name not in _HELPERS}
 
 
-def _first_start(intervals: Sequence[QueryInterval]) -> int:
+def _first_start(intervals: Sequence[EpochInterval]) -> int:
     return intervals[0].start if intervals else 0
 
 
-def _data_start(intervals: Sequence[QueryInterval], first: datetime | None) -> int:
+def _data_start(intervals: Sequence[EpochInterval], first: datetime | None) -> int:
     """The timestamp of an `all` bucket: where Druid's cursor starts, the later of the query's start and the data's."""
     start = _first_start(intervals)
     return start if first is None else max(start, to_millis(first))
@@ -101,19 +101,19 @@ def _timeseries(query: q.TimeseriesQuery, source: DataSourceView, rows: list[Row
     return out
 
 
-def _data_spans(source: DataSourceView, intervals: Sequence[QueryInterval]) -> list[QueryInterval]:
+def _data_spans(source: DataSourceView, intervals: Sequence[EpochInterval]) -> list[EpochInterval]:
     """Where the query can see data: the visible segments' intervals within the query's intervals."""
     spans = []
     for segment in source.segments:
         start, end = to_millis(segment.interval.start), to_millis(segment.interval.end)
         for interval in intervals:
             if interval.overlaps(start, end):
-                spans.append(QueryInterval(max(start, interval.start), min(end, interval.end)))
+                spans.append(EpochInterval(max(start, interval.start), min(end, interval.end)))
     return condense(spans)
 
 
 def fill_empty_buckets(
-    starts: Sequence[int], granularity: QueryGranularity, spans: Sequence[QueryInterval]
+    starts: Sequence[int], granularity: QueryGranularity, spans: Sequence[EpochInterval]
 ) -> list[int]:
     """The empty interior buckets Druid fills: between buckets that have rows, overlapping where data can be
     (`spans`, sorted and disjoint); a bucket lying wholly outside the data is not filled."""

@@ -24,7 +24,7 @@ from sluice.broker.native import NativeQueryRunner
 from sluice.broker.native_metadata import (
     DEFAULT_HISTORY, dimensions_and_metrics, full_data_source, segment_json, served_intervals, simple_properties,
 )
-from sluice.broker.native_time import QueryInterval, add_period, parse_interval
+from sluice.timestamps import EpochInterval, add_period, parse_interval
 from sluice.broker.errors import SqlError
 from sluice.emitter import NoopEmitter, ServiceEmitter, metrics
 from sluice.metadata.store import MetadataStore
@@ -50,12 +50,12 @@ def _no_content() -> Response:
     return Response(status_code=204)
 
 
-def _interval(text: str | None) -> QueryInterval:
+def _interval(text: str | None) -> EpochInterval:
     """A `start/end` (or `start_end`) query parameter; by default the week before now (defaultHistory)."""
     if text:
         return parse_interval(text.replace("_", "/"))
     now = int(time.time() * 1000)
-    return QueryInterval(add_period(now, DEFAULT_HISTORY, None, -1), now)
+    return EpochInterval(add_period(now, DEFAULT_HISTORY, None, -1), now)
 
 
 def _sorted(segments: list[DataSegment]) -> list[DataSegment]:

@@ -17,12 +17,11 @@ from sluice.broker.native_expressions import ExpressionError, to_condition, to_s
 from sluice.broker.native_filters import Columns, filter_condition
 from sluice.broker.native_results import fill_empty_buckets
 from sluice.broker.native_sql import DataSourceView, translate
-from sluice.broker.native_time import (
-    MAX_INSTANT, MIN_INSTANT, QueryGranularity, QueryInterval, format_instant, parse_instant, parse_interval, zone_of,
-)
+from sluice.broker.native_time import QueryGranularity, zone_of
 from sluice.broker.sql import translate as sql_translate
 from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
 from sluice.spec.errors import SpecError
+from sluice.timestamps import MAX_INSTANT, MIN_INSTANT, EpochInterval, format_instant, parse_instant, parse_interval
 
 DAY = datetime(2015, 9, 12, tzinfo=UTC)
 
@@ -333,7 +332,7 @@ def test_unreadable_expressions_say_why(expression: str, message: str) -> None:
 
 def test_eternity_reads_and_prints_as_druid_writes_it() -> None:
     eternity = parse_interval("-146136543-09-08T08:23:32.096Z/146140482-04-24T15:36:27.903Z")
-    assert eternity == QueryInterval(MIN_INSTANT, MAX_INSTANT)
+    assert eternity == EpochInterval(MIN_INSTANT, MAX_INSTANT)
     assert format_instant(MIN_INSTANT) == "-146136543-09-08T08:23:32.096Z"
 
 
@@ -361,7 +360,7 @@ def test_bucket_timestamps_in_a_time_zone_carry_its_offset() -> None:
 def test_empty_buckets_are_filled_only_between_buckets_and_where_segments_are() -> None:
     hour = QueryGranularity.simple("hour")
     h = [parse_instant(f"2015-09-12T{i:02d}:00:00Z") for i in range(10)]
-    spans = [QueryInterval(h[0], h[3]), QueryInterval(h[6], h[9])]  # no segments for hours 3-5
+    spans = [EpochInterval(h[0], h[3]), EpochInterval(h[6], h[9])]  # no segments for hours 3-5
     assert fill_empty_buckets([h[1], h[8]], hour, spans) == [h[2], h[6], h[7]]
     assert fill_empty_buckets([h[1], h[8]], QueryGranularity.simple("all"), spans) == []
 

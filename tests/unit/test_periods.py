@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice.broker.native_time import parse_instant, parse_interval as parse_query_interval
+from sluice.timestamps import parse_instant, parse_interval as parse_query_interval
 from sluice.periods import Period
 from sluice.spec.granularity import parse_granularity
 from sluice.spec.intervals import parse_interval
@@ -68,6 +68,29 @@ def test_months_in_a_spec_interval_count_by_the_calendar():
     assert parse_interval("P1M/2026-03-31") == (datetime(2026, 2, 28, tzinfo=UTC), datetime(2026, 3, 31, tzinfo=UTC))
     assert parse_interval("2024-01-31/P1M")[1] == datetime(2024, 2, 29, tzinfo=UTC)
     assert parse_interval("2026-01-01/P1Y2M")[1] == datetime(2027, 3, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("text", "start", "end"), [
+    ("2020/2021", datetime(2020, 1, 1, tzinfo=UTC), datetime(2021, 1, 1, tzinfo=UTC)),
+    ("2020-03/2020-04", datetime(2020, 3, 1, tzinfo=UTC), datetime(2020, 4, 1, tzinfo=UTC)),
+    ("2020-03-01T12/PT1H", datetime(2020, 3, 1, 12, tzinfo=UTC), datetime(2020, 3, 1, 13, tzinfo=UTC)),
+    ("2024-01-01T00:00:00+02:00/P1D", datetime(2023, 12, 31, 22, tzinfo=UTC), datetime(2024, 1, 1, 22, tzinfo=UTC)),
+])
+def test_a_spec_interval_reads_instants_as_joda_does(text, start, end):
+    assert parse_interval(text) == (start, end)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("2024-03-01/x", "interval '2024-03-01/x': 'x' is not an ISO-8601 instant"),
+    ("2024-03-01/P1DT", "interval '2024-03-01/P1DT': "),
+    ("2021/2020", "interval '2021/2020' ends before it starts"),
+    ("2024-03-01", "'2024-03-01' is not an interval of the form start/end"),
+    ("-146136543-09-08T08:23:32.096Z/2020", "interval '-146136543-09-08T08:23:32.096Z/2020' reaches beyond the years"),
+])
+def test_a_bad_spec_interval_is_refused_naming_it(text, message):
+    with pytest.raises(ValueError) as raised:
+        parse_interval(text)
+    assert str(raised.value).startswith(message)
 
 
 def test_a_query_interval_reads_the_same_periods():
