@@ -87,8 +87,13 @@ def parse_instant(text: str) -> int:
     if not match:
         raise ValueError(f"'{text}' is not an ISO-8601 instant such as 2015-09-12T00:00:00.000Z")
     part = {k: int(v) if v and k not in ("fraction", "zone") else v for k, v in match.groupdict().items()}
-    days = _days_from_civil(part["year"], part["month"] or 1, part["day"] or 1)
-    millis = ((part["hour"] or 0) * 60 + (part["minute"] or 0)) * 60_000 + (part["second"] or 0) * 1000
+    year = part["year"]
+    month, day = (1 if part[k] is None else part[k] for k in ("month", "day"))
+    hour, minute, second = (part[k] or 0 for k in ("hour", "minute", "second"))
+    if not 1 <= month <= 12 or not 1 <= day <= _month_length(year, month) or hour > 23 or minute > 59 or second > 59:
+        raise ValueError(f"'{text}' is not an ISO-8601 instant: a field is out of range")
+    days = _days_from_civil(year, month, day)
+    millis = (hour * 60 + minute) * 60_000 + second * 1000
     millis += int((part["fraction"] or "0").ljust(3, "0")[:3])
     zone = part["zone"]
     if zone and zone != "Z":

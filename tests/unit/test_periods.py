@@ -84,6 +84,9 @@ def test_a_spec_interval_reads_instants_as_joda_does(text, start, end):
     ("2024-03-01/x", "interval '2024-03-01/x': 'x' is not an ISO-8601 instant"),
     ("2024-03-01/P1DT", "interval '2024-03-01/P1DT': "),
     ("2021/2020", "interval '2021/2020' ends before it starts"),
+    ("2024-13-01/P1D", "interval '2024-13-01/P1D': '2024-13-01' is not an ISO-8601 instant: a field is out of range"),
+    ("2023-02-29/P1D", "interval '2023-02-29/P1D': '2023-02-29' is not an ISO-8601 instant: a field is out of range"),
+    ("2024-01-01T24:00/P1D", "interval '2024-01-01T24:00/P1D': '2024-01-01T24:00' is not an ISO-8601 instant"),
     ("2024-03-01", "'2024-03-01' is not an interval of the form start/end"),
     ("-146136543-09-08T08:23:32.096Z/2020", "interval '-146136543-09-08T08:23:32.096Z/2020' reaches beyond the years"),
 ])
