@@ -25,7 +25,7 @@ test-deps:  ## what the tests start besides Python: Java 17 for Spark, Debian's 
 test: install test-deps  ## the whole suite: unit tests, then real Kafka/Spark/SQLite/PostgreSQL/HTTP tests
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 $(PYTEST_ARGS)
 
-bench: install  ## ingestion, freshness, query latency, task memory and CPU per stage side by side (~10 min); writes benchmarks/results.json
+bench: install  ## ingestion, freshness, query latency, task memory and CPU per stage side by side, batch and stream jobs too (about an hour); writes benchmarks/results.json
 	$(PY) benchmarks/run_all.py $(ARGS)
 
 bench-smoke: install  ## every benchmark at tiny sizes, to prove the scripts work; writes benchmarks/results-smoke.json

@@ -8,7 +8,7 @@ Other work on the machine skews everything here (2 cores), so the driver waits f
 quiet before it starts (``--quiet-wait``) and measures the CPU time other processes used during the
 run; both are in the results.
 
-    make bench          # full sizes, ~10 minutes on 2 cores
+    make bench          # full sizes, about an hour on 2 cores (--only ingest,freshness: 18 minutes)
     make bench-smoke    # tiny sizes: proves every script works
 """
 
