@@ -84,7 +84,12 @@ class ThreadTaskRunner(StatusListeners):
 
     def report(self, task_id: str) -> dict[str, Any] | None:
         task = self.task(task_id)
-        return task.report() if task is not None else read_report(self.task_dir(task_id))
+        if task is not None:
+            return task.report()
+        try:
+            return read_report(self.task_dir(task_id))
+        except ValueError:  # not a task id (`..` from a URL): no such task
+            return None
 
     def log(self, task_id: str, offset: int = 0) -> bytes | None:
         return None  # thread-run tasks log to the node's own log

@@ -11,6 +11,7 @@ from sluice.ids import path_under, validate_id
 from sluice.spec.errors import SpecError
 from sluice.spec.supervisor import parse_supervisor_spec
 from sluice.task.task import TaskFailure, task_from_json
+from sluice.worker.thread_runner import ThreadTaskRunner
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "wikipedia-kafka-supervisor.json"
 
@@ -70,3 +71,10 @@ def test_path_under_keeps_a_name_inside_its_root(tmp_path: Path) -> None:
     for escape in (("..", "x"), ("/etc/passwd",), ("a", "..", "..", "b"), (".",)):
         with pytest.raises(ValueError, match="is not a name inside"):
             path_under(tmp_path, *escape)
+
+
+def test_a_report_asked_for_by_a_path_is_not_found_and_reads_nothing(tmp_path: Path) -> None:
+    (tmp_path / "report.json").write_text('{"secret": true}')  # beside the tasks dir, as a work dir's files are
+    runner = ThreadTaskRunner(lambda task_id, task_dir: None, tmp_path / "tasks")  # type: ignore[arg-type,return-value]
+    assert runner.report("..") is None
+    assert runner.report("no_such_task") is None
