@@ -14,9 +14,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Protocol
+
+from pydantic import ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from sluice.ids import validate_id
+from sluice.spec.errors import from_validation_error
+from sluice.spec.model import SpecModel
 
 if TYPE_CHECKING:
     from sluice.task.toolbox import TaskToolbox
@@ -174,15 +178,32 @@ class NoopTaskSpec:
     def priority(self) -> int:
         return self.priority_
 
-    @classmethod
-    def from_json(cls, payload: dict[str, Any]) -> NoopTaskSpec:
-        return cls(payload["id"], payload.get("dataSource") or "none", int(payload.get("runTime", 2500)),
-                   bool(payload.get("fail", False)), payload.get("groupId"),
-                   int((payload.get("context") or {}).get("priority", 0)))
-
     def to_json(self) -> dict[str, Any]:
         return {"type": self.type, "id": self.id, "groupId": self.group_id, "dataSource": self.data_source,
                 "runTime": self.run_time_ms, "fail": self.fail, "context": {"priority": self.priority}}
+
+
+#: the longest a noop task can sleep: what a thread can wait for
+MAX_NOOP_RUN_TIME_MS = int(threading.TIMEOUT_MAX * 1000)
+
+
+class TaskContext(SpecModel):
+    """The context keys every task reads; others are kept for the task that knows them."""
+
+    model_config = ConfigDict(extra="allow", alias_generator=None)
+    priority: StrictInt = 0
+
+
+class NoopTaskPayload(SpecModel):
+    """Druid's noop task JSON (`fail` is Sluice's: it makes the task fail, to try failure handling)."""
+
+    type: Literal["noop"]
+    id: str
+    group_id: str | None = None
+    data_source: str = "none"
+    run_time: StrictInt = Field(2500, ge=0, le=MAX_NOOP_RUN_TIME_MS)
+    fail: StrictBool = False
+    context: TaskContext = Field(default_factory=TaskContext)
 
 
 class NoopTask:
@@ -249,7 +270,12 @@ def create_task(spec: TaskSpec, toolbox: TaskToolbox) -> RunnableTask:
 def spec_from_json(payload: dict[str, Any]) -> NoopTaskSpec:
     if not isinstance(payload.get("id"), str) or not payload["id"]:
         raise TaskFailure("a task needs a JSON object with a non-empty string 'id'")
-    return NoopTaskSpec.from_json(payload)
+    try:
+        parsed = NoopTaskPayload.model_validate(payload)
+    except ValidationError as error:
+        raise from_validation_error(error, payload) from None
+    return NoopTaskSpec(parsed.id, parsed.data_source, parsed.run_time, parsed.fail, parsed.group_id,
+                        parsed.context.priority)
 
 
 def create(spec: NoopTaskSpec, toolbox: TaskToolbox) -> NoopTask:

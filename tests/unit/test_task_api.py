@@ -116,3 +116,28 @@ def test_a_task_whose_id_or_data_source_is_a_path_is_a_400_and_stores_nothing(me
     refused = http.post("/druid/indexer/v1/task", json=payload)
     assert (refused.status_code, refused.json()) == (400, {"error": error})
     assert http.get("/druid/indexer/v1/tasks").json() == []
+
+
+@pytest.mark.parametrize(("payload", "error"), [
+    ({"type": "noop", "id": "n", "runTime": 1e20}, "runTime: Input should be a valid integer"),
+    ({"type": "noop", "id": "n", "runTime": 10**20}, "runTime: Input should be less than or equal to"),
+    ({"type": "noop", "id": "n", "runTime": "abc"}, "runTime: Input should be a valid integer"),
+    ({"type": "noop", "id": "n", "runTime": -1}, "runTime: Input should be greater than or equal to 0"),
+    ({"type": "noop", "id": "n", "context": "x"}, "context: Input should be a valid dictionary"),
+    ({"type": "noop", "id": "n", "context": {"priority": "high"}}, "context.priority: Input should be a valid integer"),
+    ({"type": "noop", "id": "n", "dataSource": {}}, "dataSource: Input should be a valid string"),
+    ({"type": "noop", "id": "n", "fail": "yes"}, "fail: Input should be a valid boolean"),
+])
+def test_a_noop_task_of_the_wrong_shape_is_a_400_naming_the_field(metadata, payload, error):
+    http, _ = client(metadata)
+    refused = http.post("/druid/indexer/v1/task", json=payload)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"].startswith(error)
+    assert http.get("/druid/indexer/v1/tasks").json() == []
+
+
+def test_a_noop_task_accepts_context_keys_it_does_not_read_and_keeps_its_priority(metadata):
+    http, _ = client(metadata)
+    payload = {"type": "noop", "id": "noop_ctx", "runTime": 10, "context": {"priority": 7, "lookupLoadingMode": "ALL"}}
+    assert http.post("/druid/indexer/v1/task", json=payload).status_code == 200
+    assert http.get("/druid/indexer/v1/task/noop_ctx").json()["payload"]["context"] == {"priority": 7}
