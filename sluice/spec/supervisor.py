@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 from pydantic import (
     ConfigDict,
     Field,
+    StrictInt,
     ValidationError,
     ValidationInfo,
     field_serializer,
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
     from sluice.stream.job_spec import StreamJobSpec
 
 MAX_INT = 2_147_483_647
+#: the most reading tasks (taskCount × replicas) one supervisor may run: a bound that keeps a typo from flooding the
+#: task queue, far above a Kafka topic's partitions (taskCount beyond them reads nothing more)
+MAX_SUPERVISOR_TASKS = 10_000
 
 
 class PeriodField(SpecModel):
@@ -45,8 +49,11 @@ class PeriodField(SpecModel):
     @classmethod
     def _periods(cls, value: Any, info: Any) -> Any:
         annotation = cls.model_fields[info.field_name].annotation
-        if isinstance(value, str) and (annotation is timedelta or timedelta in get_args(annotation)):
-            return parse_duration(value)
+        if annotation is timedelta or timedelta in get_args(annotation):
+            if isinstance(value, str):
+                return parse_duration(value)
+            if value is not None and not isinstance(value, timedelta):  # 30 is not 30 seconds to Druid either
+                raise ValueError(f"expected an ISO-8601 period such as PT30S, got {value!r}")
         return value
 
     @field_serializer("*", when_used="json")
@@ -224,8 +231,9 @@ class KafkaIOConfig(PeriodField):
     input_format: StreamFormat
     consumer_properties: dict[str, str | int | float | bool]
     poll_timeout: int = 100
-    task_count: int = Field(1, ge=1)
-    replicas: int = Field(1, ge=1)
+    #: JSON integers only (true or "2" are refused), and at most MAX_SUPERVISOR_TASKS tasks with the replicas
+    task_count: StrictInt = Field(1, ge=1, le=MAX_SUPERVISOR_TASKS)
+    replicas: StrictInt = Field(1, ge=1, le=MAX_SUPERVISOR_TASKS)
     task_duration: timedelta = timedelta(hours=1)
     start_delay: timedelta = timedelta(seconds=5)
     period: timedelta = timedelta(seconds=30)
@@ -278,6 +286,14 @@ class KafkaIOConfig(PeriodField):
         if value and value.get("enableTaskAutoScaler"):
             raise ValueError("the task autoscaler is not supported yet: set enableTaskAutoScaler false, and taskCount "
                              "is the number of reading tasks")
+        return value
+
+    @field_validator("replicas")
+    @classmethod
+    def _bounded_tasks(cls, value: int, info: ValidationInfo) -> int:
+        if value * info.data.get("task_count", 1) > MAX_SUPERVISOR_TASKS:
+            raise ValueError(f"taskCount × replicas is {value * info.data['task_count']}; a supervisor runs at most "
+                             f"{MAX_SUPERVISOR_TASKS} reading tasks")
         return value
 
     @field_validator("stop_task_count")

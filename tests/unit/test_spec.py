@@ -446,7 +446,22 @@ INVALID = [
      "spec.ioConfig.idleConfig.inactiveAfterMillis", "inactiveAfterMillis should be a postive number"),
     ("spec.ioConfig.idleConfig", {"enabled": True, "inactiveAfter": 1000},
      "spec.ioConfig.idleConfig.inactiveAfter", DOES_NOT_SUPPORT),
+    # wrong types are refused, not coerced; task counts are bounded
+    ("spec.ioConfig.taskCount", True, "spec.ioConfig.taskCount", "Input should be a valid integer"),
+    ("spec.ioConfig.taskCount", "2", "spec.ioConfig.taskCount", "Input should be a valid integer"),
+    ("spec.ioConfig.replicas", 1e9, "spec.ioConfig.replicas", "Input should be a valid integer"),
+    ("spec.ioConfig.replicas", 10**9, "spec.ioConfig.replicas", "Input should be less than or equal to 10000"),
+    ("spec.ioConfig.taskDuration", 30, "spec.ioConfig.taskDuration",
+     "expected an ISO-8601 period such as PT30S, got 30"),
+    ("spec.ioConfig.period", "PT0.000001S", "spec.ioConfig.period", "must be a positive period"),
 ]
+
+
+def test_a_supervisor_runs_at_most_ten_thousand_reading_tasks():
+    spec = changed(changed(MINIMAL, "spec.ioConfig.taskCount", 2), "spec.ioConfig.replicas", 5_000)
+    assert spec_error(changed(spec, "spec.ioConfig.replicas", 5_001)).message == (
+        "taskCount × replicas is 10002; a supervisor runs at most 10000 reading tasks")
+    assert parse_supervisor_spec(spec).spec.io_config.replicas == 5_000
 
 
 @pytest.mark.parametrize("field, value, path, message", INVALID,
