@@ -188,7 +188,7 @@ MAX_NOOP_RUN_TIME_MS = int(threading.TIMEOUT_MAX * 1000)
 
 
 class TaskContext(SpecModel):
-    """The context keys every task reads; others are kept for the task that knows them."""
+    """A noop task's context: `priority` is read; Druid's other context keys are accepted and do nothing here."""
 
     model_config = ConfigDict(extra="allow", alias_generator=None)
     priority: StrictInt = 0
