@@ -44,8 +44,8 @@ def validate_id(thing: str, value: object) -> str:
 
 def path_under(root: Path, *parts: str) -> Path:
     """`root / parts`, refused (ValueError) unless it resolves to a path inside `root`."""
-    path = root.joinpath(*parts).resolve()
-    if not path.is_relative_to(root.resolve()) or path == root.resolve():
+    base, path = root.resolve(), root.joinpath(*parts).resolve()
+    if path == base or not path.is_relative_to(base):
         raise ValueError(f"{'/'.join(parts)!r} is not a name inside {root}")
     return path
 

@@ -291,9 +291,10 @@ class KafkaIOConfig(PeriodField):
     @field_validator("replicas")
     @classmethod
     def _bounded_tasks(cls, value: int, info: ValidationInfo) -> int:
-        if value * info.data.get("task_count", 1) > MAX_SUPERVISOR_TASKS:
-            raise ValueError(f"taskCount × replicas is {value * info.data['task_count']}; a supervisor runs at most "
-                             f"{MAX_SUPERVISOR_TASKS} reading tasks")
+        tasks = value * info.data.get("task_count", 1)
+        if tasks > MAX_SUPERVISOR_TASKS:
+            raise ValueError(f"taskCount × replicas is {tasks}; a supervisor runs at most {MAX_SUPERVISOR_TASKS} "
+                             "reading tasks")
         return value
 
     @field_validator("stop_task_count")

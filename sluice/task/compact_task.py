@@ -29,6 +29,7 @@ from typing import Annotated, Any, Literal
 import pyarrow.parquet as pq
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from sluice.ids import DataSourceName
 from sluice.segment.columns import parquet_column_types
 from sluice.segment.deep_storage import default_cache_dir
 from sluice.segment.segment import DataSegment, Interval
@@ -108,7 +109,7 @@ class CompactionTransformSpec(SpecModel):
 class CompactionTaskPayload(SpecModel):
     type: Literal["compact"]
     id: str | None = None
-    data_source: str = Field(min_length=1)
+    data_source: DataSourceName
     io_config: CompactionIOConfig | None = None
     #: Druid's deprecated forms of ioConfig.inputSpec and granularitySpec.segmentGranularity
     interval: str | None = None

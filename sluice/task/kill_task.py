@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
+from sluice.ids import DataSourceName
 from sluice.segment.segment import DataSegment, Interval
 from sluice.spec.errors import SpecError, from_validation_error
 from sluice.spec.intervals import parse_interval
@@ -44,7 +45,7 @@ REPORT_KEY = "killUnusedSegments"
 class KillTaskPayload(SpecModel):
     type: Literal["kill"]
     id: str | None = None
-    data_source: str = Field(min_length=1)
+    data_source: DataSourceName
     interval: str
     versions: list[str] | None = None
     batch_size: int = Field(BATCH_SIZE, gt=0)
