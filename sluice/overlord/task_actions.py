@@ -53,6 +53,8 @@ class TaskActionToolbox:
     active_task: Callable[[str], LockTask | None]
     #: forwards a checkpoint to the task's supervisor; None where no supervisor runs
     checkpoint: Checkpointer | None = None
+    #: raises ValueError for a loadSpec outside deep storage (DeepStorage.check_load_spec); None: any is taken
+    check_load_spec: Callable[[Mapping[str, Any]], None] | None = None
 
     def perform(self, task_id: str, action: Mapping[str, Any]) -> Any:
         """The action's result, as Druid's JSON. Raises TaskActionError for an inactive task or a bad action."""
@@ -123,6 +125,9 @@ def _segment_transactional_insert(toolbox: TaskActionToolbox, task: LockTask,
     data_source = action.get("dataSource") or task.data_source
     if data_source != task.data_source or any(s.data_source != data_source for s in segments):
         raise TaskActionError(f"dataSource: a task of [{task.data_source}] can only publish segments of it")
+    if toolbox.check_load_spec is not None:
+        for segment in segments:
+            toolbox.check_load_spec(segment.load_spec)
 
     def commit(locks_valid: bool) -> dict[str, Any]:
         if not locks_valid:

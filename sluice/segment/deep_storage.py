@@ -108,6 +108,15 @@ class DeepStorage(ABC):
     def fetch(self, load_spec: Mapping[str, Any], cache_dir: Path) -> Path:
         """A local path holding the segment file, downloading into ``cache_dir`` if needed."""
 
+    def check_load_spec(self, load_spec: Mapping[str, Any]) -> None:
+        """Raise ValueError unless the loadSpec names a file inside this deep storage: a published segment must not
+        make the broker read, or a kill delete, anything else."""
+        self.location(load_spec)
+
+    @abstractmethod
+    def location(self, load_spec: Mapping[str, Any]) -> Any:
+        """Where the loadSpec's file is in this storage; ValueError for a loadSpec of another storage or outside."""
+
     @abstractmethod
     def delete(self, load_spec: Mapping[str, Any]) -> None:
         """Delete a segment file; deleting a missing file is not an error (kills are retried)."""
@@ -129,24 +138,27 @@ class LocalDeepStorage(DeepStorage):
             _write_atomically(source, target)
         return {"type": "local", "path": str(target)}
 
-    def local_path(self, load_spec: Mapping[str, Any]) -> str:
-        """The absolute path of a local loadSpec's file."""
-        if load_spec.get("type") != "local" or "path" not in load_spec:
+    def location(self, load_spec: Mapping[str, Any]) -> Path:
+        """The absolute path of a local loadSpec's file, which must be inside the storage root."""
+        if load_spec.get("type") != "local" or not isinstance(load_spec.get("path"), str):
             raise ValueError(
                 f"loadSpec {dict(load_spec)} is not readable by local deep storage; expected type 'local' with a path"
             )
-        return str(load_spec["path"])
+        path = Path(load_spec["path"]).resolve()
+        if not path.is_relative_to(self.root):
+            raise ValueError(f"loadSpec path {load_spec['path']} is outside deep storage {self.root}")
+        return path
+
+    def local_path(self, load_spec: Mapping[str, Any]) -> str:
+        return str(self.location(load_spec))
 
     def fetch(self, load_spec: Mapping[str, Any], cache_dir: Path) -> Path:
         """The file itself: a local segment needs no copy."""
-        return Path(self.local_path(load_spec))
+        return self.location(load_spec)
 
     def delete(self, load_spec: Mapping[str, Any]) -> None:
         """Delete the file and the folders it leaves empty, up to the storage root."""
-        path = Path(self.local_path(load_spec)).resolve()
-        if not path.is_relative_to(self.root):
-            raise ValueError(f"refusing to delete {path}: it is outside deep storage {self.root}")
-        _remove_with_empty_folders(path, self.root)
+        _remove_with_empty_folders(self.location(load_spec), self.root)
 
 
 class S3DeepStorage(DeepStorage):
@@ -194,7 +206,7 @@ class S3DeepStorage(DeepStorage):
 
     def fetch(self, load_spec: Mapping[str, Any], cache_dir: Path) -> Path:
         """The copy in ``cache_dir/bucket/key``, downloaded if the cache does not hold it."""
-        bucket, key = self._location(load_spec)
+        bucket, key = self.location(load_spec)
 
         def download(target: Path) -> None:
             with self._fs.open_input_stream(f"{bucket}/{key}") as source:
@@ -203,19 +215,24 @@ class S3DeepStorage(DeepStorage):
         return SegmentCache.at(cache_dir, self.cache_max_bytes).get(f"{bucket}/{key}", download)
 
     def delete(self, load_spec: Mapping[str, Any]) -> None:
-        bucket, key = self._location(load_spec)
+        bucket, key = self.location(load_spec)
         try:
             self._fs.delete_file(f"{bucket}/{key}")
         except FileNotFoundError:
             pass
 
-    @staticmethod
-    def _location(load_spec: Mapping[str, Any]) -> tuple[str, str]:
+    def location(self, load_spec: Mapping[str, Any]) -> tuple[str, str]:
+        """(bucket, key) of an S3 loadSpec, which must be under this storage's bucket and prefix."""
         if load_spec.get("type") != "s3" or "bucket" not in load_spec or "key" not in load_spec:
             raise ValueError(
                 f"loadSpec {dict(load_spec)} is not readable by S3 deep storage; expected type 's3' with bucket and key"
             )
-        return str(load_spec["bucket"]), str(load_spec["key"])
+        bucket, key = str(load_spec["bucket"]), str(load_spec["key"])
+        parts = key.split("/")
+        if bucket != self.bucket or ".." in parts or (self.prefix and parts[:len(self.prefix.split("/"))]
+                                                       != self.prefix.split("/")):
+            raise ValueError(f"loadSpec s3://{bucket}/{key} is outside deep storage {self.uri}")
+        return bucket, key
 
 
 class SegmentCache:

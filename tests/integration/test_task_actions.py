@@ -16,6 +16,7 @@ from sluice.metadata.store import MetadataStore
 from sluice.overlord.lockbox import LockTask, TaskLockbox
 from sluice.overlord.task_actions import TaskActionToolbox
 from sluice.overlord.task_queue import _allocator
+from sluice.segment.deep_storage import LocalDeepStorage
 from sluice.segment.segment import DataSegment, numbered_shard_spec
 from sluice.server.api_task_action import task_action_router
 
@@ -31,7 +32,9 @@ class Overlord:
         self.lockbox = TaskLockbox(metadata, metadata.max_segment_version, allocate_segment=_allocator(metadata))
         self.tasks: dict[str, LockTask] = {}
         self.checkpoints: list[tuple[str, int, StreamOffsets]] = []
-        toolbox = TaskActionToolbox(self.lockbox, metadata, self.tasks.get, self._checkpoint)
+        self.deep_storage = LocalDeepStorage(Path(metadata.uri.removeprefix("sqlite:///")).parent / "deep")
+        toolbox = TaskActionToolbox(self.lockbox, metadata, self.tasks.get, self._checkpoint,
+                                    self.deep_storage.check_load_spec)
         app = FastAPI()
         app.include_router(task_action_router(toolbox))
         self.http = TestClient(app)
@@ -65,9 +68,11 @@ def allocate(overlord: Overlord, task_id: str, sequence: str, previous: str | No
                            previousSegmentId=previous)
 
 
-def segment_of(allocated: dict[str, Any]) -> dict[str, Any]:
+def segment_of(overlord: Overlord, allocated: dict[str, Any], path: str | None = None) -> dict[str, Any]:
+    """A segment of an allocated id, its file in the overlord's deep storage unless `path` says otherwise."""
+    path = path or str(overlord.deep_storage.root / "wiki" / "index.parquet")
     return DataSegment.from_payload({**allocated, "dimensions": "channel", "metrics": "count", "num_rows": 3,
-                                     "size": 10, "loadSpec": {"type": "local", "path": "/x"}}).to_payload()
+                                     "size": 10, "loadSpec": {"type": "local", "path": path}}).to_payload()
 
 
 def kafka(offsets: dict[int, int], kind: str) -> dict[str, Any]:
@@ -100,7 +105,7 @@ def test_a_chunk_locked_by_a_task_of_higher_priority_is_not_allocated_in(overlor
 def test_a_publish_commits_segments_and_offsets_once_and_a_stale_start_writes_nothing(overlord) -> None:
     overlord.add("reader")
     allocated = allocate(overlord, "reader", "seq_0")["result"]
-    publish = {"type": "segmentTransactionalInsert", "dataSource": "wiki", "segments": [segment_of(allocated)],
+    publish = {"type": "segmentTransactionalInsert", "dataSource": "wiki", "segments": [segment_of(overlord, allocated)],
                "startMetadata": kafka({0: 0}, "start"), "endMetadata": kafka({0: 100}, "end")}
     committed = overlord.action("reader", **publish)["result"]
     assert committed["success"] is True and [s["identifier"] for s in committed["segments"]] == [
@@ -120,7 +125,7 @@ def test_a_task_whose_lock_was_revoked_cannot_publish(overlord) -> None:
     assert overlord.action("urgent", type="timeChunkLockTryAcquire", lockType="EXCLUSIVE",
                            interval=HOUR)["result"]["revoked"] is False
     result = overlord.action("reader", type="segmentTransactionalInsert", dataSource="wiki",
-                             segments=[segment_of(allocated)], startMetadata=kafka({0: 0}, "start"),
+                             segments=[segment_of(overlord, allocated)], startMetadata=kafka({0: 0}, "start"),
                              endMetadata=kafka({0: 100}, "end"))["result"]
     assert result["success"] is False and "revoked" in result["errorMsg"]
     assert overlord.metadata.used_segments("wiki") == [] and overlord.metadata.get_stream_offsets("wiki") is None
@@ -145,3 +150,15 @@ def test_bad_actions_are_400s_that_say_what_is_wrong(overlord, task_id, action, 
     overlord.add("reader")
     response = overlord.http.post("/druid/indexer/v1/action", json={"task": task_id, "action": action})
     assert response.status_code == 400 and message in response.json()["error"]
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "{root}/../metadata.db"])
+def test_a_segment_whose_file_is_outside_deep_storage_is_not_published(overlord, path: str) -> None:
+    """Else a broker would read (and a kill delete) any file the overlord's process can reach."""
+    overlord.add("reader")
+    allocated = allocate(overlord, "reader", "seq_0")["result"]
+    segment = segment_of(overlord, allocated, path.format(root=overlord.deep_storage.root))
+    response = overlord.http.post("/druid/indexer/v1/action", json={"task": "reader", "action": {
+        "type": "segmentTransactionalInsert", "dataSource": "wiki", "segments": [segment]}})
+    assert response.status_code == 400 and "outside deep storage" in response.json()["error"]
+    assert overlord.metadata.used_segments("wiki") == []

@@ -110,6 +110,27 @@ def test_delete_refuses_foreign_load_specs(tmp_path: Path, load_spec: dict, erro
         LocalDeepStorage(tmp_path / "deep").delete(load_spec)
 
 
+@pytest.mark.parametrize("path", ["/etc/passwd", "{root}/../outside.parquet", "{root}-sibling/x.parquet"])
+def test_a_local_load_spec_outside_the_storage_root_is_neither_read_nor_deleted(tmp_path: Path, path: str) -> None:
+    storage = LocalDeepStorage(tmp_path / "deep")
+    load_spec = {"type": "local", "path": path.format(root=tmp_path / "deep")}
+    for use in (storage.check_load_spec, lambda spec: storage.fetch(spec, tmp_path / "cache"), storage.delete):
+        with pytest.raises(ValueError, match="outside deep storage"):
+            use(load_spec)
+
+
+@pytest.mark.parametrize("key", ["other/x.parquet", "druid/../x.parquet", "druidx/x.parquet"])
+def test_an_s3_load_spec_outside_the_bucket_and_prefix_is_refused(key: str) -> None:
+    import pyarrow.fs as pafs
+
+    storage = S3DeepStorage("bucket", "druid", pafs.LocalFileSystem())
+    storage.check_load_spec({"type": "s3", "bucket": "bucket", "key": "druid/wiki/1/index.parquet"})
+    for load_spec in ({"type": "s3", "bucket": "bucket", "key": key}, {"type": "s3", "bucket": "other",
+                                                                        "key": "druid/x.parquet"}):
+        with pytest.raises(ValueError, match="outside deep storage"):
+            storage.check_load_spec(load_spec)
+
+
 # ------------------------------------------------------------------------------------------------- segment cache
 
 
