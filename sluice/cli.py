@@ -57,7 +57,9 @@ def main(argv: list[str] | None = None) -> None:
 def node_config(args: argparse.Namespace) -> NodeConfig:
     """The NodeConfig a role's command line describes; raises ValueError for settings Druid would refuse."""
     from sluice.overlord.supervisor.state_manager import SupervisorStateManagerConfig
+    from sluice.security.config import AuthConfig
     from sluice.server.node import NodeConfig
+    from sluice.server.tls import TlsConfig
 
     overlord: dict[str, Any] = {}
     if args.role in (Role.ALL_IN_ONE, Role.OVERLORD):
@@ -74,7 +76,8 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
             if args.indexer_queue_max_size < 1:
                 raise ValueError(f"druid.indexer.queue.maxSize must be at least 1, not {args.indexer_queue_max_size}")
             overlord["queue_max_size"] = args.indexer_queue_max_size
-    return NodeConfig(host=args.host, port=args.port, work_dir=args.work_dir, metadata_uri=args.metadata_uri,
+    return NodeConfig(auth=AuthConfig.from_properties(args.config), tls=TlsConfig.from_properties(args.config),
+                      host=args.host, port=args.port, work_dir=args.work_dir, metadata_uri=args.metadata_uri,
                       deep_storage=args.deep_storage, spark_master=args.spark_master, role=args.role,
                       capacity=getattr(args, "capacity", 2), base_task_dirs=getattr(args, "base_task_dirs", ()),
                       worker_select_strategy=getattr(args, "worker_select_strategy", "equalDistribution"),
@@ -84,12 +87,27 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
                       emitter=args.emitter, **overlord)
 
 
+def runtime_properties(path: str) -> dict[str, str]:
+    """A Druid runtime.properties file, read as Java reads it."""
+    import javaproperties
+
+    try:
+        with open(path, encoding="utf-8") as file:
+            return javaproperties.load(file)
+    except OSError as error:
+        raise argparse.ArgumentTypeError(f"cannot read {path}: {error.strerror}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sluice", description="Druid-compatible ingestion and SQL on Spark")
     commands = parser.add_subparsers(dest="command", required=True)
     for name, (description, role, port) in _ROLES.items():
         command = commands.add_parser(name, help=description)
         command.set_defaults(role=role)
+        command.add_argument("--config", type=runtime_properties, default={}, metavar="FILE",
+                             help="Druid runtime properties (key=value lines); Sluice reads druid.auth.*, "
+                                  "druid.escalator.* (basic security) and druid.enableTlsPort, druid.tlsPort, "
+                                  "druid.server.https.* (an HTTPS port) from it")
         command.add_argument("--host", default="127.0.0.1")
         command.add_argument("--port", type=int, default=port)
         command.add_argument("--work-dir", type=Path, default=Path("var"))

@@ -31,7 +31,7 @@ def ingest(spec_path: Path, url: str, console: Console | None = None, timeout_s:
         except (httpx.HTTPError, OSError, ValueError) as error:
             console.print(f"[red]could not submit {spec_path}:[/red] {error}")
             return REFUSED
-        console.print(f"task [bold]{task_id}[/bold] submitted to {url}")
+        console.print(f"task [bold]{task_id}[/bold] submitted to {http.base_url.copy_with(userinfo=b'')}")
         status = _follow(http, task_id, console, timeout_s)
         report = _report(http, task_id)
     _print_stats(console, report)

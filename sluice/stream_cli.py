@@ -96,17 +96,18 @@ def _submit_and_follow(job: StreamJob, url: str, reset: bool, duration_s: float 
         console.print(f"[red]{error}[/red] (a job writing to a data source runs in a Sluice node)")
         return REFUSED
     with httpx.Client(base_url=url.rstrip("/"), timeout=60) as http:
+        shown = http.base_url.copy_with(userinfo=b"")  # credentials in the URL are not for the screen
         try:
             response = http.post(SUPERVISOR, json=spec)
             if response.status_code == 200 and reset:
                 response = http.post(f"{SUPERVISOR}/{job.job_id}/reset")
         except httpx.HTTPError as error:
-            console.print(f"[red]could not reach {url}:[/red] {error}")
+            console.print(f"[red]could not reach {shown}:[/red] {error}")
             return REFUSED
         if response.status_code != 200:
             console.print(f"[red]HTTP {response.status_code}:[/red] {response.json().get('error', response.text)}")
             return REFUSED
-        console.print(f"stream job [bold]{job.job_id}[/bold] submitted to {url} (Ctrl-C stops following; "
+        console.print(f"stream job [bold]{job.job_id}[/bold] submitted to {shown} (Ctrl-C stops following; "
                       f"POST {SUPERVISOR}/{job.job_id}/terminate stops the job)")
         deadline = time.monotonic() + duration_s if duration_s is not None else None
         try:

@@ -48,6 +48,8 @@ from sluice.metadata.store import MetadataStore
 from sluice.segment.deep_storage import DeepStorage
 from sluice.segment.segment import ETERNITY, DataSegment, Interval, SegmentId
 from sluice.segment.timeline import VersionedIntervalTimeline
+from sluice.security.access import ALLOW_ALL_PERMISSIONS, Permissions, readable, require
+from sluice.security.resources import STATE, Action, Resource
 
 if TYPE_CHECKING:
     from sluice.realtime import RealtimeView
@@ -109,25 +111,32 @@ class Broker:
         self._current: _Snapshot | None = None
         self._local_paths: dict[SegmentId, str] = {}
         self._loaded = loaded
+        self._running: dict[str, frozenset[str]] = {}  # query id → the data sources it reads
 
     def visible_segments(self) -> dict[str, list[DataSegment]]:
         """Per data source, the segments the versioned timeline shows (overshadowed ones hidden)."""
         return self._snapshot().visible
 
     def sql(self, query: str, parameters: Sequence[dict[str, Any]] = (),
-            context: Mapping[str, Any] | None = None) -> QueryResult:
-        """Run Druid SQL; a file that vanished since the snapshot was taken makes it run once more on a fresh one."""
+            context: Mapping[str, Any] | None = None,
+            permissions: Permissions = ALLOW_ALL_PERMISSIONS) -> QueryResult:
+        """Run Druid SQL as a caller with `permissions`: READ on every data source it reads (else Forbidden), and
+        system tables that show only what the caller may read. A file that vanished since the snapshot was taken
+        makes it run once more on a fresh one."""
         try:
-            return self._sql(query, parameters, context, fresh=False)
+            return self._sql(query, parameters, context, permissions, fresh=False)
         except SegmentFileGone:
             self._local_paths.clear()
         try:
-            return self._sql(query, parameters, context, fresh=True)
+            return self._sql(query, parameters, context, permissions, fresh=True)
         except SegmentFileGone as gone:
             raise SqlError.internal(f"Segment files could not be read, even on a fresh snapshot: {gone}") from gone
 
-    def cancel(self, query_id: str) -> bool:
-        """Cancel the running query with this sqlQueryId; False when none runs."""
+    def cancel(self, query_id: str, permissions: Permissions = ALLOW_ALL_PERMISSIONS) -> bool:
+        """Cancel the running query with this sqlQueryId (the caller needs READ on what it reads, as to run it);
+        False when none runs."""
+        for source in self._running.get(query_id, ()):
+            require(permissions, Resource.datasource(source), Action.READ)
         return self._engine.cancel(query_id)
 
     def load_status(self) -> dict[str, float]:
@@ -141,19 +150,28 @@ class Broker:
         return {source: percent for source, percent in self._loaded.load_status().items() if source in snapshot.visible}
 
     def _sql(self, query: str, parameters: Sequence[dict[str, Any]], context: Mapping[str, Any] | None,
-             fresh: bool) -> QueryResult:
+             permissions: Permissions, fresh: bool) -> QueryResult:
         snapshot = self._snapshot(fresh)
         translation = translate_query(query, set(snapshot.visible) | set(snapshot.realtime), context)
+        for source in sorted(translation.data_sources):
+            require(permissions, Resource.datasource(source), Action.READ)
         files = {source: self._files(snapshot, source, translation.intervals[source])
                  for source in translation.data_sources}
-        system = {table: self._system_table(table, snapshot) for table in translation.system_tables}
+        system = {table: self._system_table(table, snapshot, permissions) for table in translation.system_tables}
         database = None
         if len(translation.data_sources) == 1:  # a loaded data source holds its published rows only
             [source] = translation.data_sources
             realtime = {piece.path for piece in snapshot.realtime.get(source, [])}
             if not realtime.intersection(f for f in files[source] if isinstance(f, str)):
                 database = self._loaded_database(snapshot, source)
-        return self._engine.run(translation, files, parameters, system, database)
+        query_id = translation.context.query_id
+        if query_id is None:
+            return self._engine.run(translation, files, parameters, system, database)
+        self._running[query_id] = translation.data_sources
+        try:
+            return self._engine.run(translation, files, parameters, system, database)
+        finally:
+            self._running.pop(query_id, None)
 
     def _loaded_database(self, snapshot: _Snapshot, source: str) -> Any:
         """The data source loaded with exactly its visible segments, if it is (a load is asked for otherwise)."""
@@ -202,9 +220,11 @@ class Broker:
 
     # ----------------------------------------------------------------------------------------------- system tables
 
-    def _system_table(self, table: SystemTable, snapshot: _Snapshot) -> pa.Table:
-        available = {segment.id for segments in snapshot.visible.values() for segment in segments}
-        sources = set(snapshot.visible) | set(snapshot.realtime)
+    def _system_table(self, table: SystemTable, snapshot: _Snapshot, permissions: Permissions) -> pa.Table:
+        """Rows of data sources the caller may not read are left out, as Druid does; the servers need STATE READ."""
+        sources = set(readable(permissions, set(snapshot.visible) | set(snapshot.realtime)))
+        available = {segment.id for source, segments in snapshot.visible.items() if source in sources
+                     for segment in segments}
         if table is sys_tables.SCHEMATA:
             return sys_tables.schemata()
         if table is sys_tables.TABLES:
@@ -217,16 +237,21 @@ class Broker:
                 for source in sources
             })
         if table is sys_tables.SEGMENTS:
-            return sys_tables.segments(snapshot.used, available, snapshot.overshadowed, _realtime_segments(snapshot))
-        if table is sys_tables.SERVERS:
-            return sys_tables.servers(self._servers())
-        if table is sys_tables.SERVER_SEGMENTS:
+            return sys_tables.segments([s for s in snapshot.used if s.data_source in sources], available,
+                                       snapshot.overshadowed,
+                                       [s for s in _realtime_segments(snapshot) if s.data_source in sources])
+        if table in (sys_tables.SERVERS, sys_tables.SERVER_SEGMENTS):
+            require(permissions, STATE, Action.READ, "Insufficient permission to view servers")
+            if table is sys_tables.SERVERS:
+                return sys_tables.servers(self._servers())
             return sys_tables.server_segments(self._servers(), sorted(available))
         if table is sys_tables.TASKS:
             live = self._tasks()
-            return sys_tables.tasks(live if live is not None else self._stored_tasks())
-        live = self._supervisors()
-        return sys_tables.supervisors(live if live is not None else self._stored_supervisors())
+            return sys_tables.tasks(t for t in (live if live is not None else self._stored_tasks())
+                                    if permissions.allows(Resource.datasource(t.get("dataSource") or ""), Action.READ))
+        live = self._supervisors()  # a supervisor is named after the data source it writes
+        return sys_tables.supervisors(s for s in (live if live is not None else self._stored_supervisors())
+                                      if permissions.allows(Resource.datasource(s["id"]), Action.READ))
 
     def _stored_tasks(self) -> list[dict[str, Any]]:
         return [sys_tables.task_status(record) for record in self._metadata.list_tasks()]

@@ -20,6 +20,8 @@ from sluice.broker.native_results import shape
 from sluice.broker.native_sql import DataSourceView, translate
 from sluice.broker.errors import SqlError
 from sluice.spec.errors import SpecError, join_path, path_in_payload
+from sluice.security.access import ALLOW_ALL_PERMISSIONS, Permissions, require
+from sluice.security.resources import Action, Resource
 
 QUERY_TYPES: dict[str, type[BaseModel]] = {
     "timeseries": q.TimeseriesQuery,
@@ -69,10 +71,13 @@ class NativeQueryRunner:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
 
-    def run(self, payload: Any, query_id: str | None = None) -> list[dict[str, Any]]:
-        """Druid's result JSON for the query; raises SqlError (400 invalid, 504 timeout, 500 internal). With a
-        `query_id`, `Broker.cancel(query_id)` stops the query while it runs."""
+    def run(self, payload: Any, query_id: str | None = None,
+            permissions: Permissions = ALLOW_ALL_PERMISSIONS) -> list[dict[str, Any]]:
+        """Druid's result JSON for the query; raises SqlError (400 invalid, 504 timeout, 500 internal), Forbidden
+        when the caller may not read its data source. With a `query_id`, `Broker.cancel(query_id)` stops the query
+        while it runs."""
         query = parse_query(payload)
+        require(permissions, Resource.datasource(query.data_source), Action.READ)
         source = self._view(query.data_source)
         context = sql_context(query.context, query_id)
         try:

@@ -21,10 +21,11 @@ log = logging.getLogger(__name__)
 
 
 class OverlordClient:
-    def __init__(self, overlords: Callable[[], list[str]], timeout_s: float = 5.0) -> None:
-        """`overlords` lists the base URLs of the live overlords."""
+    def __init__(self, overlords: Callable[[], list[str]], timeout_s: float = 5.0,
+                 auth: tuple[str, str] | None = None) -> None:
+        """`overlords` lists the base URLs of the live overlords; `auth`, the escalator's credentials."""
         self._overlords = overlords
-        self._http = httpx.Client(timeout=timeout_s)
+        self._http = httpx.Client(timeout=timeout_s, auth=auth)
 
     def supervisor_statuses(self) -> list[dict[str, Any]] | None:
         """SupervisorStatus JSON of every supervisor."""

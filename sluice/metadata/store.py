@@ -288,6 +288,30 @@ class MetadataStore:
         with self._reader.connect() as conn:
             return list(conn.scalars(query))
 
+    # -- config (druid_config) ---------------------------------------------------------------
+
+    def get_config(self, name: str) -> dict[str, Any] | None:
+        with self._reader.connect() as conn:
+            payload = conn.scalar(select(tables.config.c.payload).where(tables.config.c.name == name))
+        return None if payload is None else _load(payload)
+
+    def update_config(self, name: str, change: Callable[[dict[str, Any] | None], dict[str, Any]]) -> dict[str, Any]:
+        """Replace a config document with `change(current)`, as one compare-and-swap (retried when another node
+        changed it in between), and return what was written. `change` may raise to leave the document as it is."""
+
+        def work(conn: Connection) -> dict[str, Any]:
+            table = tables.config
+            old = conn.scalar(select(table.c.payload).where(table.c.name == name))
+            new = change(None if old is None else _load(old))
+            if old is None:
+                conn.execute(insert(table).values(name=name, payload=_dump(new)))
+            elif conn.execute(update(table).where(table.c.name == name, table.c.payload == old)
+                              .values(payload=_dump(new))).rowcount != 1:
+                raise _TryAgain()
+            return new
+
+        return self._transaction(work)
+
     # -- supervisors -------------------------------------------------------------------------
 
     def insert_supervisor(self, spec_id: str, payload: dict[str, Any]) -> None:

@@ -122,3 +122,11 @@ announcements = Table(
     # Epoch millis of the last heartbeat; a node whose heartbeat is too old is gone.
     Column("heartbeat", BigInteger, nullable=False),
 )
+
+config = Table(
+    # Druid's config table: named JSON documents that every node reads, e.g. basic security's users and roles.
+    "druid_config",
+    metadata,
+    _varchar("name", primary_key=True),
+    Column("payload", LargeBinary, nullable=False),
+)

@@ -50,8 +50,10 @@ class HttpRemoteTaskRunner(StatusListeners):
 
     def __init__(self, metadata: MetadataStore, select_strategy: str = "equalDistribution",
                  period: float = 0.5, heartbeat_period: float = HEARTBEAT_PERIOD,
-                 task_cleanup_timeout: float | None = None) -> None:
+                 task_cleanup_timeout: float | None = None, auth: tuple[str, str] | None = None) -> None:
+        """`auth`: the escalator's credentials, for the workers' and peons' APIs."""
         super().__init__()
+        self._auth = auth
         self._metadata = metadata
         self._select = strategy(select_strategy)
         self._period = period
@@ -74,7 +76,7 @@ class HttpRemoteTaskRunner(StatusListeners):
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="remote-task-runner", daemon=True)
-        self._http = httpx.Client(timeout=10)
+        self._http = httpx.Client(timeout=10, auth=auth)
 
     def start(self) -> None:
         self._sync_workers()  # know what already runs before anything is assigned
@@ -118,7 +120,7 @@ class HttpRemoteTaskRunner(StatusListeners):
             assigned = self._running.get(task_id)
         if assigned is None or assigned.location is None or not isinstance(assigned.spec, KafkaIndexTaskSpec):
             return None
-        return HttpTaskClient(assigned.spec, *assigned.location)
+        return HttpTaskClient(assigned.spec, *assigned.location, auth=self._auth)
 
     def shutdown(self, task_id: str, reason: str) -> None:
         with self._lock:
@@ -136,7 +138,7 @@ class HttpRemoteTaskRunner(StatusListeners):
         with self._lock:
             assigned = self._running.get(task_id)
         if assigned is not None and assigned.location is not None and \
-                (live := HttpTaskClient(assigned.spec, *assigned.location).report()):
+                (live := HttpTaskClient(assigned.spec, *assigned.location, auth=self._auth).report()):
             return live
         response = self._ask_ran_on(task_id, "reports")
         return response.json() if response is not None else None

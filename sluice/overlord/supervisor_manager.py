@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from sluice.emitter import ServiceEmitter
 from sluice.metadata.offsets import StreamOffsets
@@ -90,8 +90,9 @@ class SupervisorManager:
         self.create_or_update(spec)
         return spec.to_json()
 
-    def set_all_suspended(self, suspended: bool) -> None:
-        for spec_id in self.ids():
+    def set_all_suspended(self, suspended: bool, spec_ids: Sequence[str] | None = None) -> None:
+        """Suspend or resume every supervisor (or those of `spec_ids`)."""
+        for spec_id in self.ids() if spec_ids is None else spec_ids:
             supervisor = self.get(spec_id)
             if supervisor is not None and supervisor.spec.suspended != suspended:
                 self.set_suspended(spec_id, suspended)

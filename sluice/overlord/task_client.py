@@ -26,8 +26,9 @@ log = logging.getLogger(__name__)
 
 class HttpTaskClient:
     def __init__(self, spec: KafkaIndexTaskSpec | TaskSpec, host: str, port: int, retries: int = 4,
-                 timeout: float = 10.0, pause_timeout: float = 30.0) -> None:
+                 timeout: float = 10.0, pause_timeout: float = 30.0, auth: tuple[str, str] | None = None) -> None:
         self.spec = spec
+        self._auth = auth
         self._base = f"http://{host}:{port}{CHAT_PREFIX}/{spec.id}"
         self._retries = retries
         self._timeout = timeout
@@ -38,7 +39,8 @@ class HttpTaskClient:
         delay = 0.2
         for attempt in range(self._retries + 1):
             try:
-                return httpx.request(method, self._base + path, timeout=timeout or self._timeout, **kwargs)
+                return httpx.request(method, self._base + path, timeout=timeout or self._timeout, auth=self._auth,
+                                     **kwargs)
             except httpx.TransportError as error:
                 if attempt == self._retries:
                     log.warning("task %s unreachable: %s %s: %s", self.spec.id, method, path, error)

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Body
 from fastapi.responses import JSONResponse
 
 from sluice.realtime import CHAT_PREFIX
+from sluice.server.auth import task_guard
 from sluice.task.kafka_index_task import KafkaIndexTask, TaskState
 from sluice.task.task import RunnableTask, TaskFailure
 from sluice.timestamps import format_timestamp
@@ -20,7 +21,9 @@ _PAUSABLE = (TaskState.STARTING, TaskState.READING, TaskState.PAUSED)
 
 
 def chat_router(lookup: Callable[[str], RunnableTask | None]) -> APIRouter:
-    router = APIRouter(prefix=CHAT_PREFIX + "/{task_id}")
+    # Druid's ChatHandlerResourceFilter: the task's data source, READ to look and WRITE to pause, stop or move offsets
+    router = APIRouter(prefix=CHAT_PREFIX + "/{task_id}",
+                       dependencies=[task_guard(lambda task_id: t.spec.data_source if (t := lookup(task_id)) else None)])
 
     def answer(task_id: str, action: Callable[[KafkaIndexTask], Any], streaming: bool = True) -> Any:
         task = lookup(task_id)

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from sluice.metadata.store import EntryExistsError, MetadataStore
 from sluice.overlord.task_queue import QueueFull, TaskQueue
 from sluice.segment.segment import ETERNITY, Interval
+from sluice.server.auth import datasource_guard
 from sluice.server.json_body import read_json
 from sluice.spec.intervals import parse_interval
 from sluice.task.kill_task import KillTaskPayload, KillTaskSpec, new_kill_task_id
@@ -52,7 +53,7 @@ def segments_filter(body: Any) -> tuple[Interval | None, list[str] | None, list[
 
 
 def coordinator_router(metadata: MetadataStore, queue: TaskQueue) -> APIRouter:
-    router = APIRouter(prefix="/druid/coordinator/v1")
+    router = APIRouter(prefix="/druid/coordinator/v1", dependencies=[datasource_guard()])  # all per data source
 
     def bad(message: str) -> JSONResponse:
         return JSONResponse({"error": message}, status_code=400)

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from sluice.emitter import Emitter, ServiceEmitter, prometheus_registry
+from sluice.server.auth import state_guard
 
 
 def metrics_router(source: Emitter | ServiceEmitter | CollectorRegistry) -> APIRouter:
@@ -19,7 +20,7 @@ def metrics_router(source: Emitter | ServiceEmitter | CollectorRegistry) -> APIR
     emitter. Without one, `/metrics` answers 404 with the setting that turns it on. The format follows the
     scraper's Accept header (Prometheus text 0.0.4 by default, OpenMetrics when asked for)."""
     registry = source if isinstance(source, CollectorRegistry) else prometheus_registry(source)
-    router = APIRouter()
+    router = APIRouter(dependencies=[state_guard()])  # a scraper authenticates, or druid.auth.unsecuredPaths lists it
 
     @router.get("/metrics")
     def metrics(request: Request) -> Response:

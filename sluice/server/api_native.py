@@ -28,7 +28,9 @@ from sluice.timestamps import EpochInterval, add_period, parse_interval
 from sluice.broker.errors import SqlError
 from sluice.emitter import NoopEmitter, ServiceEmitter, metrics
 from sluice.metadata.store import MetadataStore
+from sluice.security.access import Forbidden
 from sluice.segment.segment import DataSegment
+from sluice.server.auth import AccessDep, datasource_guard, state_guard
 
 log = logging.getLogger(__name__)
 _TABLES_SQL = "SELECT TABLE_NAME FROM INFORMATION_SCHEMA.TABLES WHERE TABLE_SCHEMA = 'druid'"
@@ -83,7 +85,7 @@ def native_router(broker: Broker, metadata: MetadataStore,
 
     @router.post("/druid/v2")
     @router.post("/druid/v2/")
-    async def native_query(request: Request) -> Response:
+    async def native_query(request: Request, access: AccessDep) -> Response:
         started = time.monotonic()
         try:
             payload = json.loads(await request.body())
@@ -93,10 +95,12 @@ def native_router(broker: Broker, metadata: MetadataStore,
         query_id = context.get("queryId") if isinstance(context, dict) else None
         headers = {"X-Druid-Query-Id": str(query_id or uuid.uuid4())}
         try:
-            result = await run_in_threadpool(runner.run, payload, headers["X-Druid-Query-Id"])
+            result = await run_in_threadpool(runner.run, payload, headers["X-Druid-Query-Id"], access)
             response = _json(result, pretty="pretty" in request.query_params, headers=headers)
         except SqlError as error:
             response = _json(error.to_json(), error.status, headers=headers)
+        except Forbidden:
+            raise
         except Exception as error:  # a failure of Sluice, not of the query
             log.exception("native query %s failed", headers["X-Druid-Query-Id"])
             response = _error(500, "Unknown exception", str(error), type(error).__name__, headers)
@@ -108,18 +112,18 @@ def native_router(broker: Broker, metadata: MetadataStore,
         return response
 
     @router.delete("/druid/v2/{query_id}")
-    def cancel(query_id: str) -> Response:
+    def cancel(query_id: str, access: AccessDep) -> Response:
         """Druid: 202 once the query is told to stop, 404 when no such query runs."""
-        return Response(status_code=202 if broker.cancel(query_id) else 404)
+        return Response(status_code=202 if broker.cancel(query_id, access) else 404)
 
     # ---------------------------------------------------------------------------------------- broker
 
     @router.get("/druid/v2/datasources")
-    def broker_data_sources() -> Response:
+    def broker_data_sources(access: AccessDep) -> Response:
         """Queryable data sources: those with segments and those only running tasks hold rows of."""
-        return _json(sorted(name for (name,) in broker.sql(_TABLES_SQL).rows))
+        return _json(sorted(name for (name,) in broker.sql(_TABLES_SQL, permissions=access).rows))
 
-    @router.get("/druid/v2/datasources/{data_source}")
+    @router.get("/druid/v2/datasources/{data_source}", dependencies=[datasource_guard()])
     def broker_data_source(data_source: str, request: Request) -> Response:
         segments = broker.visible_segments().get(data_source, [])
         try:
@@ -133,15 +137,16 @@ def native_router(broker: Broker, metadata: MetadataStore,
     # ----------------------------------------------------------------------------------- coordinator
 
     @router.get("/druid/coordinator/v1/datasources")
-    def coordinator_data_sources(request: Request) -> Response:
+    def coordinator_data_sources(request: Request, access: AccessDep) -> Response:
         visible = broker.visible_segments()
+        visible = {name: visible[name] for name in access.readable(visible)}
         if "full" in request.query_params:
             return _json([full_data_source(name, visible[name]) for name in sorted(visible)])
         if "simple" in request.query_params:
             return _json([{"name": name, "properties": simple_properties(visible[name])} for name in sorted(visible)])
         return _json(sorted(visible))
 
-    @router.get("/druid/coordinator/v1/datasources/{data_source}")
+    @router.get("/druid/coordinator/v1/datasources/{data_source}", dependencies=[datasource_guard()])
     def coordinator_data_source(data_source: str, request: Request) -> Response:
         segments = broker.visible_segments().get(data_source)
         if not segments:
@@ -150,12 +155,12 @@ def native_router(broker: Broker, metadata: MetadataStore,
             return _json(full_data_source(data_source, segments))
         return _json(simple_properties(segments))
 
-    @router.get("/druid/coordinator/v1/loadstatus")
+    @router.get("/druid/coordinator/v1/loadstatus", dependencies=[state_guard()])
     def load_status() -> Response:
         """Druid's percentage of each data source's segments loaded (here: into the broker's DuckDB storage)."""
         return _json(broker.load_status())
 
-    @router.get("/druid/coordinator/v1/datasources/{data_source}/intervals")
+    @router.get("/druid/coordinator/v1/datasources/{data_source}/intervals", dependencies=[datasource_guard()])
     def coordinator_intervals(data_source: str) -> Response:
         segments = broker.visible_segments().get(data_source)
         if not segments:
@@ -163,7 +168,7 @@ def native_router(broker: Broker, metadata: MetadataStore,
         intervals = sorted({s.interval for s in segments}, key=lambda i: (i.start, i.end), reverse=True)
         return _json([str(i) for i in intervals])
 
-    @router.get("/druid/coordinator/v1/datasources/{data_source}/segments")
+    @router.get("/druid/coordinator/v1/datasources/{data_source}/segments", dependencies=[datasource_guard()])
     def coordinator_segments(data_source: str, request: Request) -> Response:
         segments = broker.visible_segments().get(data_source)
         if not segments:
@@ -172,7 +177,8 @@ def native_router(broker: Broker, metadata: MetadataStore,
             return _json([segment_json(s) for s in _sorted(segments)])
         return _json([str(s.id) for s in _sorted(segments)])
 
-    @router.get("/druid/coordinator/v1/datasources/{data_source}/segments/{segment_id}")
+    @router.get("/druid/coordinator/v1/datasources/{data_source}/segments/{segment_id}",
+                dependencies=[datasource_guard()])
     def coordinator_segment(data_source: str, segment_id: str, request: Request) -> Response:
         for segment in broker.visible_segments().get(data_source, []):
             if str(segment.id) == segment_id:
@@ -182,20 +188,21 @@ def native_router(broker: Broker, metadata: MetadataStore,
     # -------------------------------------------------------------------------------------- metadata
 
     @router.get("/druid/coordinator/v1/metadata/datasources")
-    def metadata_data_sources(request: Request) -> Response:
+    def metadata_data_sources(request: Request, access: AccessDep) -> Response:
         if "full" in request.query_params:
             by_source: dict[str, list[DataSegment]] = {}
             for segment in metadata.used_segments():
                 by_source.setdefault(segment.data_source, []).append(segment)
-            return _json([full_data_source(name, by_source[name]) for name in sorted(by_source)])
-        return _json(metadata.data_sources())
+            return _json([full_data_source(name, by_source[name]) for name in access.readable(sorted(by_source))])
+        return _json(access.readable(metadata.data_sources()))
 
-    @router.get("/druid/coordinator/v1/metadata/datasources/{data_source}")
+    @router.get("/druid/coordinator/v1/metadata/datasources/{data_source}", dependencies=[datasource_guard()])
     def metadata_data_source(data_source: str) -> Response:
         segments = metadata.used_segments(data_source)
         return _json(full_data_source(data_source, segments)) if segments else Response(status_code=404)
 
-    @router.get("/druid/coordinator/v1/metadata/datasources/{data_source}/segments")
+    @router.get("/druid/coordinator/v1/metadata/datasources/{data_source}/segments",
+                dependencies=[datasource_guard()])
     def metadata_segments(data_source: str, request: Request) -> Response:
         segments = metadata.used_segments(data_source)
         if not segments:
@@ -204,7 +211,8 @@ def native_router(broker: Broker, metadata: MetadataStore,
             return _json([segment_json(s) for s in segments])
         return _json([str(s.id) for s in segments])
 
-    @router.get("/druid/coordinator/v1/metadata/datasources/{data_source}/segments/{segment_id}")
+    @router.get("/druid/coordinator/v1/metadata/datasources/{data_source}/segments/{segment_id}",
+                dependencies=[datasource_guard()])
     def metadata_segment(data_source: str, segment_id: str) -> Response:
         for segment in metadata.used_segments(data_source):
             if str(segment.id) == segment_id:

@@ -24,6 +24,7 @@ from sluice.broker.results import RESULT_FORMATS, render
 from sluice.broker.sql import QueryContext, SqlError
 from sluice.broker.system_tables import DRUID_SCHEMA
 from sluice.emitter import NoopEmitter, ServiceEmitter, metrics
+from sluice.server.auth import AccessDep
 
 _QUERY_ID_HEADER = "X-Druid-SQL-Query-Id"
 
@@ -64,7 +65,7 @@ def sql_router(broker: Broker, emitter: ServiceEmitter = ServiceEmitter("druid/b
 
     @router.post("/druid/v2/sql")
     @router.post("/druid/v2/sql/")
-    async def sql(request: Request) -> Response:
+    async def sql(request: Request, access: AccessDep) -> Response:
         started = time.monotonic()
         body = await request.body()
         content_type = request.headers.get("content-type", "application/json").split(";")[0].strip()
@@ -90,7 +91,8 @@ def sql_router(broker: Broker, emitter: ServiceEmitter = ServiceEmitter("druid/b
         headers = {_QUERY_ID_HEADER: query_id}
         try:
             result = await run_in_threadpool(
-                broker.sql, payload["query"], payload.get("parameters") or [], {**context, "sqlQueryId": query_id})
+                broker.sql, payload["query"], payload.get("parameters") or [], {**context, "sqlQueryId": query_id},
+                access)
             header = bool(payload.get("header"))
             content, media_type = render(result, result_format, header, bool(payload.get("typesHeader")),
                                          bool(payload.get("sqlTypesHeader")),
@@ -104,8 +106,8 @@ def sql_router(broker: Broker, emitter: ServiceEmitter = ServiceEmitter("druid/b
                                                                            headers=headers))
 
     @router.delete("/druid/v2/sql/{query_id}")
-    def cancel(query_id: str) -> Response:
+    def cancel(query_id: str, access: AccessDep) -> Response:
         """Druid: 202 with an empty body once the query is told to stop, 404 when no such query runs."""
-        return Response(status_code=202 if broker.cancel(query_id) else 404)
+        return Response(status_code=202 if broker.cancel(query_id, access) else 404)
 
     return router

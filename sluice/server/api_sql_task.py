@@ -17,6 +17,8 @@ from fastapi.responses import JSONResponse
 from sluice.broker.errors import SqlError
 from sluice.metadata.store import EntryExistsError, MetadataStore
 from sluice.overlord.task_queue import QueueFull, TaskQueue
+from sluice.security.resources import EXTERNAL, Action, Resource
+from sluice.server.auth import Access, AccessDep
 from sluice.spec.errors import SpecError
 from sluice.sql_ingest.catalog import data_source_columns
 from sluice.sql_ingest.parse import bind_parameters
@@ -29,10 +31,7 @@ def sql_task_router(queue: TaskQueue, metadata: MetadataStore) -> APIRouter:
     """`metadata` gives the columns of the Druid tables a statement reads."""
     router = APIRouter()
 
-    def catalog(data_source: str) -> dict[str, str] | None:
-        return data_source_columns(metadata, data_source)
-
-    def submit(payload: dict[str, Any]) -> JSONResponse:
+    def submit(payload: dict[str, Any], access: Access) -> JSONResponse:
         context = payload.get("context") or {}
         if not isinstance(context, dict):
             raise SqlError("the query \"context\" must be a JSON object")
@@ -40,7 +39,16 @@ def sql_task_router(queue: TaskQueue, metadata: MetadataStore) -> APIRouter:
         if not isinstance(parameters, list) or not all(isinstance(p, dict) for p in parameters):
             raise SqlError("\"parameters\" must be a JSON array of {\"type\", \"value\"} objects")
         query = bind_parameters(payload["query"], parameters) if parameters else payload["query"]
+
+        def catalog(data_source: str) -> dict[str, str] | None:  # every table the statement reads passes here
+            access.require(Resource.datasource(data_source), Action.READ)
+            return data_source_columns(metadata, data_source)
+
         generated = translate(query, context, catalog)
+        # Druid: WRITE on the target; EXTERN and other input sources from outside need EXTERNAL READ
+        access.require(Resource.datasource(generated["spec"]["dataSchema"]["dataSource"]), Action.WRITE)
+        if generated["spec"]["ioConfig"]["inputSource"].get("type") != "druid":
+            access.require(EXTERNAL, Action.READ)
         task_id = str(context.get("sqlQueryId") or new_query_id())
         try:
             spec = spec_from_json({"type": TASK_TYPE, "id": task_id, "sqlQuery": payload["query"],
@@ -55,7 +63,7 @@ def sql_task_router(queue: TaskQueue, metadata: MetadataStore) -> APIRouter:
 
     @router.post("/druid/v2/sql/task")
     @router.post("/druid/v2/sql/task/")
-    async def sql_task(request: Request) -> JSONResponse:
+    async def sql_task(request: Request, access: AccessDep) -> JSONResponse:
         try:
             payload = json.loads(await request.body())
         except json.JSONDecodeError as error:
@@ -63,7 +71,7 @@ def sql_task_router(queue: TaskQueue, metadata: MetadataStore) -> APIRouter:
         if not isinstance(payload, dict) or not isinstance(payload.get("query"), str):
             return _error(SqlError("the request needs a \"query\" string"))
         try:
-            return await run_in_threadpool(submit, payload)
+            return await run_in_threadpool(submit, payload, access)
         except SqlError as error:
             return _error(error)
         except QueueFull as error:

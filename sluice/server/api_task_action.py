@@ -13,10 +13,12 @@ from fastapi import APIRouter, Body
 from fastapi.responses import JSONResponse
 
 from sluice.overlord.task_actions import Denied, TaskActionError, TaskActionToolbox
+from sluice.server.auth import state_guard
 
 
 def task_action_router(toolbox: TaskActionToolbox) -> APIRouter:
-    router = APIRouter(prefix="/druid/indexer/v1")
+    # Druid guards task actions as STATE: only the escalated internal identity (and admins) may act for a task
+    router = APIRouter(prefix="/druid/indexer/v1", dependencies=[state_guard()])
 
     @router.post("/action")
     def perform(body: dict[str, Any] = Body(...)) -> Any:

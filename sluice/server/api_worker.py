@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Body
 from fastapi.responses import JSONResponse, Response
 
+from sluice.server.auth import state_guard
 from sluice.task.task import TaskFailure
 from sluice.worker.worker import WorkerFull, WorkerTaskManager
 
@@ -14,7 +15,7 @@ WORKER_PREFIX = "/druid/worker/v1"
 
 
 def worker_router(manager: WorkerTaskManager) -> APIRouter:
-    router = APIRouter(prefix=WORKER_PREFIX)
+    router = APIRouter(prefix=WORKER_PREFIX, dependencies=[state_guard()])  # the overlord's calls, as Druid guards them
 
     @router.post("/task")
     def assign(payload: Any = Body(...)) -> Any:

@@ -32,6 +32,9 @@ from sluice.overlord.supervisor.state_manager import SupervisorStateManagerConfi
 from sluice.overlord.supervisor_manager import SupervisorManager
 from sluice.overlord.task_actions import LocalTaskActionClient, TaskActionToolbox
 from sluice.overlord.task_queue import MAX_SIZE, TaskQueue
+from sluice.security.access import Security
+from sluice.security.basic import BasicSecurityDb
+from sluice.security.config import AuthConfig
 from sluice.segment.deep_storage import DeepStorage
 from sluice.server.api_chat import chat_router
 from sluice.server.api_coordinator import coordinator_router
@@ -42,8 +45,11 @@ from sluice.server.api_sql_task import sql_task_router
 from sluice.server.api_supervisor import supervisor_router
 from sluice.server.api_task import task_router
 from sluice.server.api_task_action import task_action_router
+from sluice.server.api_security import security_router
 from sluice.server.api_worker import worker_router
+from sluice.server.auth import install, serve_security, state_guard
 from sluice.server.http_server import HttpServer
+from sluice.server.tls import TlsConfig
 from sluice.server.roles import Role
 from sluice.spec.supervisor import KafkaIOConfig
 from sluice.stream.kafka import KafkaStream
@@ -95,6 +101,10 @@ class NodeConfig:
     supervisor: SupervisorStateManagerConfig = SupervisorStateManagerConfig()
     #: druid.indexer.queue.maxSize: the most active tasks the overlord's queue holds; more are refused (429)
     queue_max_size: int = MAX_SIZE
+    #: druid.auth.* and druid.escalator.*: Druid's default, allowAll, lets everyone do everything
+    auth: AuthConfig = AuthConfig()
+    #: druid.enableTlsPort and the rest: HTTPS on a second port; None: plaintext only (Druid's default)
+    tls: TlsConfig | None = None
 
     @property
     def resolved_metadata_uri(self) -> str:
@@ -120,6 +130,7 @@ class Node:
         role = config.role
         self.emitter = ServiceEmitter(f"druid/{role.value}", f"{config.host}:{config.port}",
                                       build_emitter(config.emitter), VERSION)
+        install(self.app, config.auth)
         self.app.include_router(metrics_router(self.emitter))
         self.lifecycle.add("emitter", self.emitter.start, self.emitter.close, stage=Stage.INIT)
         self.lifecycle.add("metadata store", self._start_metadata, self._stop_metadata, stage=Stage.INIT)
@@ -141,7 +152,7 @@ class Node:
         def health() -> bool:
             return self.ready
 
-        @self.app.get("/status")
+        @self.app.get("/status", dependencies=[state_guard()])
         def status() -> dict[str, Any]:
             return {"version": VERSION, "modules": [], "role": self.config.role.value}
 
@@ -156,6 +167,10 @@ class Node:
         self.metadata = MetadataStore(self.config.resolved_metadata_uri)
         self.metadata.create_tables()
         self.deep_storage = DeepStorage.from_uri(self.config.resolved_deep_storage)
+        security_db = BasicSecurityDb(self.metadata, self.config.auth)
+        security_db.initialize()
+        serve_security(self.app, Security(self.config.auth, security_db))
+        self.app.include_router(security_router(security_db))
 
     def _stop_metadata(self) -> None:
         self.metadata.close()
@@ -184,7 +199,8 @@ class Node:
         self.task_runner.stop()
 
     def _start_remote_runner(self) -> None:
-        self.task_runner = HttpRemoteTaskRunner(self.metadata, self.config.worker_select_strategy)
+        self.task_runner = HttpRemoteTaskRunner(self.metadata, self.config.worker_select_strategy,
+                                                auth=self.config.auth.escalator.basic_auth)
         self.task_runner.start()
 
     def _stop_remote_runner(self) -> None:
@@ -194,7 +210,7 @@ class Node:
         self.task_queue = TaskQueue(self.metadata, self.task_runner, self.emitter, self.config.queue_max_size)
         # tasks restored from storage may act before the supervisors start: a checkpoint finds none until then
         self.task_actions = TaskActionToolbox(self.task_queue.lockbox, self.metadata, self.task_queue.lock_holder,
-                                              self._checkpoint)
+                                              self._checkpoint, self.deep_storage.check_load_spec)
         self.task_queue.start()
 
     def _checkpoint(self, supervisor_id: str, task_group_id: int, start: StreamOffsets) -> bool:
@@ -222,7 +238,7 @@ class Node:
 
     def _start_worker(self) -> None:
         peon = PeonConfig(self.config.resolved_metadata_uri, self.config.resolved_deep_storage,
-                          self.config.spark_master, self.config.emitter)
+                          self.config.spark_master, self.config.emitter, self.config.auth)
         self.worker = WorkerTaskManager(self.config.base_task_dirs or (self.config.work_dir / "tasks",),
                                         self.config.capacity, self.config.host, peon)
         self.worker.start()
@@ -244,7 +260,8 @@ class Node:
                                  realtime=self._thread_task_views, supervisors=self._supervisor_statuses,
                                  tasks=self._task_statuses, loaded=self.loaded)
         else:
-            overlord = OverlordClient(lambda: live_urls(self.metadata, OVERLORD))
+            overlord = OverlordClient(lambda: live_urls(self.metadata, OVERLORD),
+                                      auth=self.config.auth.escalator.basic_auth)
             self.broker = Broker(self.metadata, self.deep_storage, self.config.work_dir / "segment-cache", engine,
                                  realtime=overlord.realtime_views, supervisors=overlord.supervisor_statuses,
                                  tasks=overlord.task_statuses, loaded=self.loaded)
@@ -282,9 +299,12 @@ class Node:
     # ---- serving ----
 
     def _start_http(self) -> None:
-        self.http = HttpServer(self.app, self.config.host, self.config.port)
+        tls = self.config.tls
+        self.http = HttpServer(self.app, self.config.host, self.config.port,
+                               None if tls is None else (tls.port, *tls.pem_files(self.config.work_dir / "tls")))
         self.http.start()
-        log.info("Sluice %s serves on %s", self.config.role.value, self.config.url)
+        log.info("Sluice %s serves on %s%s", self.config.role.value, self.config.url,
+                 f" and https://{self.config.host}:{tls.port}" if tls else "")
 
     def _stop_http(self) -> None:
         self.http.stop()

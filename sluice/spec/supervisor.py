@@ -453,6 +453,10 @@ class KafkaSupervisorSpec(SpecModel):
         """One supervisor per data source, as in classic Druid."""
         return self.spec.data_schema.data_source
 
+    @property
+    def data_sources(self) -> list[str]:
+        return [self.id]
+
     def to_json(self) -> dict:
         """Druid's serialized form: the nested spec plus top-level copies of its three parts."""
         spec = {

@@ -39,11 +39,12 @@ class RemoteTaskActionClient:
     none answers, for up to `retry_for` seconds. A refusal (4xx) is final."""
 
     def __init__(self, task_id: str, overlords: Callable[[], list[str]], retry_for: float = 60.0,
-                 timeout: float = 60.0) -> None:
+                 timeout: float = 60.0, auth: tuple[str, str] | None = None) -> None:
+        """`auth`: the escalator's credentials (Druid guards task actions as STATE)."""
         self._task_id = task_id
         self._overlords = overlords
         self._retry_for = retry_for
-        self._http = httpx.Client(timeout=timeout)
+        self._http = httpx.Client(timeout=timeout, auth=auth)
 
     def submit(self, action: dict[str, Any]) -> Any:
         deadline = time.monotonic() + self._retry_for

@@ -33,7 +33,11 @@ from sluice.discovery import OVERLORD, live_urls
 from sluice.emitter import EmitterConfig, ServiceEmitter, build_emitter
 from sluice.metadata.store import MetadataStore
 from sluice.segment.deep_storage import DeepStorage
+from sluice.security.access import Security
+from sluice.security.basic import BasicSecurityDb
+from sluice.security.config import AuthConfig
 from sluice.server.api_chat import chat_router
+from sluice.server.auth import install, serve_security
 from sluice.server.api_metrics import metrics_router
 from sluice.server.http_server import HttpServer
 from sluice.stream.kafka import KafkaStream
@@ -49,6 +53,8 @@ TASK_FILE = "task.json"
 REPORT_FILE = "report.json"
 #: what the worker sends a peon whose task the overlord shuts down (SIGTERM means: stop, to be restored)
 SHUTDOWN_SIGNAL = signal.SIGUSR1
+#: the environment variable a worker hands its druid.auth.* and druid.escalator.* properties to a peon in (JSON)
+AUTH_PROPERTIES_ENV = "SLUICE_AUTH_PROPERTIES"
 
 
 def try_lock(task_dir: Path) -> IO[str] | None:
@@ -102,7 +108,7 @@ def _watch_parent(parent_pid: int, task_id: str, stops: _StopRequests) -> None:
 
 
 def run_peon(task_dir: Path, port: int, metadata_uri: str, deep_storage: str, spark_master: str,
-             parent_pid: int, emitter_config: EmitterConfig) -> int:
+             parent_pid: int, emitter_config: EmitterConfig, auth: AuthConfig = AuthConfig()) -> int:
     lock = try_lock(task_dir)
     if lock is None:
         log.error("task in %s is already running in another peon", task_dir)
@@ -111,12 +117,14 @@ def run_peon(task_dir: Path, port: int, metadata_uri: str, deep_storage: str, sp
     metadata = MetadataStore(metadata_uri)
     emitter = ServiceEmitter("druid/peon", f"127.0.0.1:{port}", build_emitter(emitter_config))
     emitter.start()
-    actions = RemoteTaskActionClient(spec.id, lambda: live_urls(metadata, OVERLORD))
+    actions = RemoteTaskActionClient(spec.id, lambda: live_urls(metadata, OVERLORD), auth=auth.escalator.basic_auth)
     toolbox = TaskToolbox(None, metadata, DeepStorage.from_uri(deep_storage), task_dir, KafkaStream.for_io_config,
                           actions, emitter)
     task = create_task(spec, toolbox)
     # the chat API answers from the start (a task starting its Spark is NOT_STARTED, not unreachable)
     app = FastAPI(title=f"Sluice peon {spec.id}")
+    install(app, auth)
+    serve_security(app, Security(auth, BasicSecurityDb(metadata, auth)))
     app.include_router(chat_router(lambda task_id: task if task_id == spec.id else None))
     app.include_router(metrics_router(emitter))
     app.get("/status/health")(lambda: True)
@@ -172,8 +180,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="the emitter settings as JSON (Druid's names)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    auth = AuthConfig.from_properties(json.loads(os.environ.get(AUTH_PROPERTIES_ENV, "{}")))
     sys.exit(run_peon(args.task_dir, args.port, args.metadata_uri, args.deep_storage, args.spark_master,
-                      args.parent_pid, args.emitter))
+                      args.parent_pid, args.emitter, auth))
 
 
 if __name__ == "__main__":

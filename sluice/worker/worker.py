@@ -31,7 +31,8 @@ from typing import Any
 from sluice.emitter import EmitterConfig
 from sluice.ids import path_under, validate_id
 from sluice.task.task import TaskStatus, task_from_json, write_task_file
-from sluice.worker.peon import SHUTDOWN_SIGNAL, STATUS_FILE, TASK_FILE, read_report, read_status, try_lock
+from sluice.security.config import AuthConfig
+from sluice.worker.peon import AUTH_PROPERTIES_ENV, SHUTDOWN_SIGNAL, STATUS_FILE, TASK_FILE, read_report, read_status, try_lock
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,8 @@ class PeonConfig:
     deep_storage: str
     spark_master: str = "local[2,4]"
     emitter: EmitterConfig = EmitterConfig()
+    #: the peon checks its chat API's callers and calls the overlord as the escalator, as its worker does
+    auth: AuthConfig = AuthConfig()
 
 
 @dataclass
@@ -146,8 +149,11 @@ class WorkerTaskManager:
                    "--metadata-uri", self._peon.metadata_uri, "--deep-storage", self._peon.deep_storage,
                    "--spark-master", self._peon.spark_master, "--parent-pid", str(os.getpid()),
                    "--emitter", self._peon.emitter.model_dump_json(by_alias=True)]
+        # the security settings hold passwords: in the environment, which only this user can read, not in argv
+        env = {**os.environ, AUTH_PROPERTIES_ENV: json.dumps(dict(self._peon.auth.properties))}
         with (task_dir / LOG_FILE).open("ab") as log_file:
-            process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       env=env)
         write_task_file(task_dir, PEON_FILE, {"pid": process.pid, "port": port})
         self._running[task_id] = _Peon(task_id, slot, task_dir, process.pid, port, process)
         log.info("task %s runs in peon pid %d, chat port %d", task_id, process.pid, port)
