@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sluice.broker.limits import DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RESULT_ROWS
 from sluice.emitter.config import EmitterConfig
 from sluice.server.roles import Role
 
@@ -81,7 +82,8 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
                       deep_storage=args.deep_storage, spark_master=args.spark_master, role=args.role,
                       capacity=getattr(args, "capacity", 2), base_task_dirs=getattr(args, "base_task_dirs", ()),
                       worker_select_strategy=getattr(args, "worker_select_strategy", "equalDistribution"),
-                      max_query_rows=getattr(args, "max_query_rows", 100_000),
+                      max_query_rows=getattr(args, "max_query_rows", DEFAULT_MAX_RESULT_ROWS),
+                      max_query_bytes=getattr(args, "max_query_bytes", DEFAULT_MAX_RESULT_BYTES),
                       query_memory_limit=getattr(args, "query_memory_limit", "4GB"),
                       load_max_rows=getattr(args, "load_max_rows", 50_000_000),
                       emitter=args.emitter, **overlord)
@@ -126,9 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
                                  default=(), help="druid.worker.baseTaskDirs: comma-separated directories for task "
                                                   "directories, slot i in the (i mod n)-th (default: <work-dir>/tasks)")
         if role in (Role.ALL_IN_ONE, Role.BROKER):
-            command.add_argument("--max-query-rows", type=int, default=100_000,
+            command.add_argument("--max-query-rows", type=int, default=DEFAULT_MAX_RESULT_ROWS,
                                  help="the most rows a query may return; a larger result is refused with Druid's "
                                       "'Resource limit exceeded' (default: 100000, Druid's maxSubqueryRows; 0: no "
+                                      "limit)")
+            command.add_argument("--max-query-bytes", type=int, default=DEFAULT_MAX_RESULT_BYTES,
+                                 help="the most bytes of strings and arrays a query may return; more is refused "
+                                      f"with 'Resource limit exceeded' (default: {DEFAULT_MAX_RESULT_BYTES}; 0: no "
                                       "limit)")
             command.add_argument("--query-memory-limit", default="4GB",
                                  help="DuckDB's memory limit, shared by the queries running at once over the same "

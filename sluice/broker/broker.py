@@ -197,7 +197,10 @@ class Broker:
     def _local_path(self, segment: DataSegment) -> str:
         path = self._local_paths.get(segment.id)
         if path is None:
-            path = str(self._deep_storage.fetch(segment.load_spec, self._cache_dir))
+            try:
+                path = str(self._deep_storage.fetch(segment.load_spec, self._cache_dir))
+            except ValueError as error:  # a loadSpec of another deep storage, or outside this one
+                raise SqlError.internal(f"Segment {segment.id} cannot be read: {error}") from None
             self._local_paths[segment.id] = path
         return path
 

@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 from sqlglot import exp
 
 from sluice.broker.errors import SqlError
+from sluice.broker.limits import DEFAULT_MAX_RESULT_BYTES
 from sluice.broker.functions import Zone
 from sluice.broker.sql import DUCKDB_SETTINGS, TIME_COLUMN, Translation, translate_query
 from sluice.broker.system_tables import SystemTable
@@ -78,16 +79,21 @@ class SegmentFileGone(Exception):
     decided which files to read; asking again for the files to read and rerunning the query is the remedy."""
 
 
+_VARIABLE_SIZE = frozenset({"varchar", "blob", "list", "array", "struct", "map", "union", "bit"})
+_FETCH_CHUNK_ROWS = 10_000
+
+
 class SqlEngine:
     """Executes translated Druid SQL on DuckDB."""
 
     def __init__(self, threads: int | None = None, memory_limit: str | None = None,
-                 max_result_rows: int | None = None, databases: int = 8, temp_directory: str | None = None) -> None:
+                 max_result_rows: int | None = None, databases: int = 8, temp_directory: str | None = None,
+                 max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES) -> None:
         """`memory_limit` (DuckDB's, e.g. "2GB") bounds each database: the queries running at once over one file set
         share it (DuckDB has no per-connection limit, and a database per query would lose what keeping one saves);
         past it, DuckDB spills sorts and hash tables to `temp_directory` (its default: `.tmp` in the working
-        directory). `max_result_rows` bounds what one query may return; `databases` is how many file sets keep an
-        open database."""
+        directory). `max_result_rows` and `max_result_bytes` bound what one query may return; `databases` is how
+        many file sets keep an open database."""
         self._config: dict[str, Any] = {
             "threads": threads or min(4, os.cpu_count() or 1),
             "autoload_known_extensions": False,
@@ -99,6 +105,7 @@ class SqlEngine:
             self._config["temp_directory"] = temp_directory
         self._memory_limit = memory_limit
         self._max_result_rows = max_result_rows
+        self._max_result_bytes = max_result_bytes
         self._capacity = databases
         self._databases: OrderedDict[tuple, duckdb.DuckDBPyConnection] = OrderedDict()
         self._lock = threading.Lock()
@@ -190,13 +197,24 @@ class SqlEngine:
             return any(cursor in self._running.get(query_id, ()) for cursor in cursors)
 
     def _fetch(self, cursor: duckdb.DuckDBPyConnection) -> list[tuple]:
-        if self._max_result_rows is None:
-            return cursor.fetchall()
-        rows = cursor.fetchmany(self._max_result_rows + 1)
-        if len(rows) > self._max_result_rows:
-            raise SqlError.resource_limit(
-                f"Query returned more than the {self._max_result_rows} rows a query may return (the broker's "
-                "--max-query-rows); add a LIMIT or a narrower WHERE clause")
+        """The result's rows, in chunks so that one past the row or byte limit stops the query before the rest
+        is read. Only values of variable size count towards the bytes (a fixed-size value is small)."""
+        sized = [i for i, column in enumerate(cursor.description) if column[1].id in _VARIABLE_SIZE]
+        rows: list[tuple] = []
+        size = 0
+        while chunk := cursor.fetchmany(_FETCH_CHUNK_ROWS):
+            rows += chunk
+            if self._max_result_rows is not None and len(rows) > self._max_result_rows:
+                raise SqlError.resource_limit(
+                    f"Query returned more than the {self._max_result_rows} rows a query may return (the broker's "
+                    "--max-query-rows); add a LIMIT or a narrower WHERE clause")
+            if sized and self._max_result_bytes is not None:
+                size += sum(len(value if isinstance(value, str | bytes) else str(value))
+                            for row in chunk for i in sized if (value := row[i]) is not None)
+                if size > self._max_result_bytes:
+                    raise SqlError.resource_limit(
+                        f"Query returned more than the {self._max_result_bytes} bytes a query may return (the "
+                        "broker's --max-query-bytes); select fewer or shorter values")
         return rows
 
     @contextmanager
@@ -349,6 +367,8 @@ _REAL_TYPES = {"DOUBLE", "FLOAT", "REAL", "DECIMAL"}
 
 def bind_parameters(parameters: Sequence[dict], expected: int) -> list[Any]:
     """Druid's typed `parameters` ([{"type": "VARCHAR", "value": "bar"}, …]) as values for `?` placeholders."""
+    if not isinstance(parameters, Sequence) or not all(isinstance(p, Mapping) for p in parameters):
+        raise SqlError('"parameters" must be a JSON array of {"type", "value"} objects')
     if len(parameters) != expected:
         raise SqlError(f"The query has {expected} parameter placeholders but {len(parameters)} parameters were given")
     return [_parameter_value(position, parameter) for position, parameter in enumerate(parameters)]
@@ -356,6 +376,9 @@ def bind_parameters(parameters: Sequence[dict], expected: int) -> list[Any]:
 
 def _parameter_value(position: int, parameter: Mapping[str, Any]) -> Any:
     kind, value = str(parameter.get("type", "")).upper(), parameter.get("value")
+    if isinstance(value, dict) or (isinstance(value, list) and kind != "ARRAY"):
+        raise SqlError(f"Parameter at position [{position}] is not a valid {kind}: a {type(value).__name__} value "
+                       "(only ARRAY parameters take a list, none takes an object)")
     try:
         if value is None:
             return None
@@ -410,6 +433,10 @@ def _druid_type(duckdb_type: Any) -> tuple[str, str]:
 
 
 def _result(description: list[tuple], rows: list[tuple], zone: Zone | None) -> QueryResult:
+    for column in description:
+        if column[1].id == "blob":
+            raise SqlError(f"Column [{column[0]}] is of type VARBINARY, which Druid SQL does not return; CAST it to "
+                           "VARCHAR")
     types = [_druid_type(column[1]) for column in description]
     converters = [_converter(column[1], zone) for column in description]
     if any(converters):

@@ -23,6 +23,8 @@ from sqlglot import exp
 from sluice.broker.calls import Call, DruidFunction, template
 from sluice.broker.errors import SqlError
 
+#: the longest string REPEAT, LPAD and RPAD may make: one query must not build gigabytes in a single value
+MAX_STRING_LENGTH = 16 * 1024 * 1024
 # ------------------------------------------------------------------------------------------------ typed functions
 
 
@@ -62,10 +64,23 @@ def _position_from(node: exp.StrPosition) -> exp.Expr:
 
 
 def _pad(node: exp.Pad) -> exp.Expr:
-    """LPAD/RPAD(expr, length[, chars]): an empty `chars` adds no padding but still truncates to `length`."""
+    """LPAD/RPAD(expr, length[, chars]): an empty `chars` adds no padding but still truncates to `length`; a length
+    past MAX_STRING_LENGTH is refused."""
     function = "LPAD" if node.args.get("is_left") else "RPAD"
-    return template(f"CASE WHEN c = '' THEN LEFT(x, GREATEST(n, 0)) ELSE {function}(x, n, c) END",
+    checked = f"CASE WHEN n > {MAX_STRING_LENGTH} THEN {_too_long(function)} ELSE n END"
+    return template(f"CASE WHEN c = '' THEN LEFT(x, GREATEST(n, 0)) ELSE {function}(x, {checked}, c) END",
                     x=node.this, n=node.expression, c=node.args.get("fill_pattern") or exp.Literal.string(" "))
+
+
+def _repeat(call: Call) -> exp.Expr:
+    """REPEAT of a negative count is NULL, as in Druid; a result past MAX_STRING_LENGTH is refused before it is made.
+    The check is inside the count, so that DuckDB, folding a constant REPEAT while it plans, never makes it."""
+    checked = f"CASE WHEN n * 1.0 * LENGTH(x) > {MAX_STRING_LENGTH} THEN {_too_long('REPEAT')} ELSE n END"
+    return template(f"CASE WHEN n < 0 THEN NULL ELSE REPEAT(x, {checked}) END", x=call.args[0], n=call.args[1])
+
+
+def _too_long(function: str) -> str:
+    return f"ERROR('{function} would return a string longer than {MAX_STRING_LENGTH} characters')"
 
 
 # ------------------------------------------------------------------------------------------------ string functions
@@ -274,8 +289,7 @@ SCALAR_FUNCTIONS: dict[str, DruidFunction] = {
     "PARSE_LONG": DruidFunction(1, 2, _parse_long),
     "REGEXP_EXTRACT": DruidFunction(2, 3, _regexp_extract),
     "REGEXP_REPLACE": DruidFunction(3, 3, _regexp_replace),
-    "REPEAT": DruidFunction(2, 2, lambda call: template("CASE WHEN n >= 0 THEN REPEAT(x, n) END",
-                                                       x=call.args[0], n=call.args[1])),
+    "REPEAT": DruidFunction(2, 2, _repeat),
     "CONTAINS_STRING": DruidFunction(2, 2, _contains(case_sensitive=True)),
     "ICONTAINS_STRING": DruidFunction(2, 2, _contains(case_sensitive=False)),
     "DECODE_BASE64_UTF8": DruidFunction(1, 1, lambda call: exp.Anonymous(this="DECODE", expressions=[

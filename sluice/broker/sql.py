@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
 
 from sluice.broker.errors import SqlError
 from sluice.broker.functions import TIME_COLUMN, DruidDialect, Session, Zone, is_druid_function, \
@@ -155,6 +156,8 @@ _STATEMENTS = frozenset({
     "PRAGMA", "PREPARE", "RESET", "REVOKE", "ROLLBACK", "SET", "SHOW", "SUMMARIZE", "TRUNCATE", "UPDATE", "USE",
     "VACUUM",
 })
+#: UNION ALL and subqueries beyond this are refused before they are planned
+MAX_SELECTS = 1000
 _ONLY_QUERIES = "Only SELECT queries are allowed, not {}: a query may read data sources and system tables, " \
                 "nothing else"
 
@@ -167,6 +170,9 @@ def _parse(sql: str) -> exp.Query:
         raise SqlError(str(e)) from e
     if tokens and tokens[0].text.upper() in _STATEMENTS:
         raise SqlError(_ONLY_QUERIES.format(tokens[0].text.upper()))
+    selects = sum(1 for token in tokens if token.token_type is TokenType.SELECT)
+    if selects > MAX_SELECTS:  # planning grows faster than the query: 10,000 UNION ALLs take DuckDB 3 GB
+        raise SqlError(f"The query is too large: {selects} SELECTs, at most {MAX_SELECTS} are allowed in one query")
     try:
         statements = [s for s in dialect.parser().parse(tokens, sql) if s is not None]
     except ParseError as e:
@@ -265,10 +271,19 @@ _ENGINE_FUNCTION = re.compile(
     re.IGNORECASE)
 
 
+# sqlglot's typed functions of the session (CURRENT_DATABASE, CURRENT_USER, VERSION…): of these Druid has only the clock
+_SESSION_FUNCTIONS = tuple(getattr(exp, name) for name in dir(exp)
+                           if name.startswith("Current") or name in ("SessionUser", "Version"))
+_CLOCK_FUNCTIONS = (exp.CurrentDate, exp.CurrentTimestamp, exp.CurrentTime)
+
+
 def _check_functions(statement: exp.Expr) -> None:
     """Functions are Druid's: sqlglot's typed functions or Druid's own, never DuckDB's extras. A Druid function Sluice
     cannot answer is named with the reason."""
     for func in statement.find_all(exp.Func):
+        if isinstance(func, _SESSION_FUNCTIONS) and not isinstance(func, _CLOCK_FUNCTIONS):
+            raise SqlError(f"Function {func.sql_name()} is not allowed: a query may read data sources and system "
+                           "tables, not the engine's session or version")
         if isinstance(func, _FILE_FUNCTIONS) or (isinstance(func, exp.Anonymous) and not is_druid_function(func.name)):
             name = func.name if isinstance(func, exp.Anonymous) else func.sql_name()
             reason = unsupported_reason(name)

@@ -99,7 +99,7 @@ def native_router(broker: Broker, metadata: MetadataStore,
             response = _json(result, pretty="pretty" in request.query_params, headers=headers)
         except SqlError as error:
             response = _json(error.to_json(), error.status, headers=headers)
-        except Forbidden:
+        except (Forbidden, RecursionError):  # answered by the app's handlers: 403, and 400 for too deep a query
             raise
         except Exception as error:  # a failure of Sluice, not of the query
             log.exception("native query %s failed", headers["X-Druid-Query-Id"])

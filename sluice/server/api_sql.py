@@ -39,7 +39,7 @@ def data_sources_dimension(query: str) -> str:
     (`[wikipedia]`, `[a, b]`); `[]` for a query that does not parse."""
     try:
         statement = DruidDialect().parse(query)[0]
-    except (SqlglotError, IndexError):
+    except (SqlglotError, IndexError, RecursionError):
         return "[]"
     if statement is None:
         return "[]"

@@ -5,14 +5,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Callable
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from sluice.metadata.store import EntryExistsError, MetadataStore, TaskRecord
 from sluice.overlord.supervisor_manager import SupervisorManager
 from sluice.overlord.task_queue import QueueFull, TaskQueue
 from sluice.security.resources import Action, Resource
-from sluice.server.auth import AccessDep, datasource_guard, state_guard, task_guard
+from sluice.server.auth import Access, AccessDep, datasource_guard, state_guard, task_guard
+from sluice.server.json_body import read_json
 from sluice.spec.errors import SpecError
 from sluice.spec.supervisor import parse_supervisor_spec
 from sluice.task.task import TaskFailure, task_from_json
@@ -50,7 +52,10 @@ def task_router(metadata: MetadataStore, queue: TaskQueue, supervisors: Supervis
         }
 
     @router.post("/task")
-    def submit(access: AccessDep, payload: Any = Body(...)) -> Any:
+    async def submit(request: Request, access: AccessDep) -> Any:
+        return await run_in_threadpool(add_task, await read_json(request), access)
+
+    def add_task(payload: Any, access: Access) -> Any:
         if isinstance(payload, dict) and payload.get("type") == "kafka":  # a supervisor spec, as Druid accepts
             try:
                 spec = parse_supervisor_spec(payload)

@@ -20,6 +20,7 @@ from fastapi import FastAPI
 from sluice.broker import system_tables as sys_tables
 from sluice.broker.broker import Broker
 from sluice.broker.engine import SqlEngine
+from sluice.broker.limits import DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RESULT_ROWS
 from sluice.broker.loaded import LoadedDataSources
 from sluice.broker.overlord_client import OverlordClient
 from sluice.discovery import BROKER, OVERLORD, Announcer, live_urls
@@ -49,6 +50,7 @@ from sluice.server.api_security import security_router
 from sluice.server.api_worker import worker_router
 from sluice.server.auth import install, serve_security, state_guard
 from sluice.server.http_server import HttpServer
+from sluice.server.json_body import refuse_deep_nesting
 from sluice.server.tls import TlsConfig
 from sluice.server.roles import Role
 from sluice.spec.supervisor import KafkaIOConfig
@@ -91,7 +93,9 @@ class NodeConfig:
     #: "Resource limit exceeded" (400), not truncated. Druid streams results and has no such limit; Sluice holds a
     #: result in memory before sending it, so it bounds it, at Druid's bound for the rows a broker holds in memory
     #: for one query's subqueries (druid.server.http.maxSubqueryRows).
-    max_query_rows: int = 100_000
+    max_query_rows: int = DEFAULT_MAX_RESULT_ROWS
+    #: the most bytes of strings and arrays one query may return (0: no limit); more is refused as rows are
+    max_query_bytes: int = DEFAULT_MAX_RESULT_BYTES
     #: the rows the broker may hold loaded into DuckDB's own storage (dictionary-encoded, in time order; see
     #: broker/loaded.py), over all data sources, least recently queried unloaded first; 0: read files only
     load_max_rows: int = 50_000_000
@@ -131,6 +135,7 @@ class Node:
         self.emitter = ServiceEmitter(f"druid/{role.value}", f"{config.host}:{config.port}",
                                       build_emitter(config.emitter), VERSION)
         install(self.app, config.auth)
+        refuse_deep_nesting(self.app)
         self.app.include_router(metrics_router(self.emitter))
         self.lifecycle.add("emitter", self.emitter.start, self.emitter.close, stage=Stage.INIT)
         self.lifecycle.add("metadata store", self._start_metadata, self._stop_metadata, stage=Stage.INIT)
@@ -252,6 +257,7 @@ class Node:
     def _start_broker(self) -> None:
         engine = SqlEngine(memory_limit=self.config.query_memory_limit,
                            max_result_rows=self.config.max_query_rows or None,
+                           max_result_bytes=self.config.max_query_bytes or None,
                            temp_directory=str(self.config.work_dir / "query-spill"))
         self.loaded = LoadedDataSources(engine.duckdb_config, self.config.load_max_rows) \
             if self.config.load_max_rows else None

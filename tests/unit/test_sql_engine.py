@@ -247,7 +247,8 @@ def test_a_file_gone_since_the_files_were_chosen_is_reported_as_gone_not_as_a_us
 
 def test_a_broker_node_refuses_a_result_over_its_max_query_rows_with_druids_error(segment: str, tmp_path: Path) -> None:
     """NodeConfig.max_query_rows (`--max-query-rows`) reaches the engine; the refusal is Druid's error JSON, a 400."""
-    config = NodeConfig(port=_free_port(), work_dir=tmp_path / "broker", role=Role.BROKER, max_query_rows=2_999)
+    config = NodeConfig(port=_free_port(), work_dir=tmp_path / "broker", role=Role.BROKER, max_query_rows=2_999,
+                        deep_storage=tmp_path.as_uri())  # where the segment file is
     node = Node(config)
     node.start()
     try:

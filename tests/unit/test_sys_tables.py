@@ -363,7 +363,8 @@ def test_a_broker_node_asks_the_overlord_it_discovers_and_shows_the_stored_state
     server = HttpServer(overlord, "127.0.0.1", port)
     server.start()
     store.announce("overlord", "127.0.0.1", port, {})
-    node = Node(NodeConfig(port=_free_port(), work_dir=tmp_path / "broker", metadata_uri=store.uri, role=Role.BROKER))
+    node = Node(NodeConfig(port=_free_port(), work_dir=tmp_path / "broker", metadata_uri=store.uri, role=Role.BROKER,
+                           deep_storage=(tmp_path / "deep").as_uri()))
     node.start()
     try:
         with httpx.Client(base_url=node.config.url) as client:
