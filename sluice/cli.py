@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,9 @@ def main(argv: list[str] | None = None) -> None:
             config = node_config(args)
         except ValueError as error:
             parser.error(str(error))
+        for port in (config.port, *([config.tls.port] if config.tls else [])):
+            if not _port_free(config.host, port):  # say so now, not after Spark has started
+                parser.error(f"port {port} on {config.host} is in use (another Sluice?); choose one with --port")
         node = Node(config)
         node.start()
         print(f"Sluice {args.role.value} serves on http://{args.host}:{args.port} (Ctrl-C to stop)")
@@ -44,6 +48,14 @@ def main(argv: list[str] | None = None) -> None:
         from sluice.ingest_cli import ingest
 
         sys.exit(ingest(args.spec, args.url, timeout_s=args.timeout))
+    elif args.command == "dev":
+        from sluice.dev import produce, tansu
+
+        if args.dev_command == "broker":
+            sys.exit(tansu.main(["--port", str(args.port), "--host", args.host]))
+        ends = produce.run(args.bootstrap_servers, args.topic, args.events, args.partitions)
+        print(f"{args.events} sample events in topic {args.topic} on {args.bootstrap_servers}; end offsets: "
+              + ", ".join(f"{p}: {o}" for p, o in sorted(ends.items())))
     elif args.command == "stream":
         from sluice.stream_cli import run as run_stream
 
@@ -59,7 +71,8 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
     """The NodeConfig a role's command line describes; raises ValueError for settings Druid would refuse."""
     from sluice.overlord.supervisor.state_manager import SupervisorStateManagerConfig
     from sluice.security.config import AuthConfig
-    from sluice.server.node import NodeConfig
+    from sluice.broker.scheduler import QueryLimits
+    from sluice.server.node import DEFAULT_MAX_REQUEST_BYTES, NodeConfig
     from sluice.server.tls import TlsConfig
 
     overlord: dict[str, Any] = {}
@@ -77,7 +90,12 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
             if args.indexer_queue_max_size < 1:
                 raise ValueError(f"druid.indexer.queue.maxSize must be at least 1, not {args.indexer_queue_max_size}")
             overlord["queue_max_size"] = args.indexer_queue_max_size
-    return NodeConfig(auth=AuthConfig.from_properties(args.config), tls=TlsConfig.from_properties(args.config),
+    properties: dict[str, str] = args.config
+    max_request_bytes = properties.get("sluice.server.http.maxRequestBytes", str(DEFAULT_MAX_REQUEST_BYTES)).strip()
+    if not max_request_bytes.isdigit():
+        raise ValueError(f"sluice.server.http.maxRequestBytes: [{max_request_bytes}] is not a number of bytes")
+    return NodeConfig(auth=AuthConfig.from_properties(properties), tls=TlsConfig.from_properties(properties),
+                      query_limits=QueryLimits.from_properties(properties), max_request_bytes=int(max_request_bytes),
                       host=args.host, port=args.port, work_dir=args.work_dir, metadata_uri=args.metadata_uri,
                       deep_storage=args.deep_storage, spark_master=args.spark_master, role=args.role,
                       capacity=getattr(args, "capacity", 2), base_task_dirs=getattr(args, "base_task_dirs", ()),
@@ -87,6 +105,16 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
                       query_memory_limit=getattr(args, "query_memory_limit", "4GB"),
                       load_max_rows=getattr(args, "load_max_rows", 50_000_000),
                       emitter=args.emitter, **overlord)
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def runtime_properties(path: str) -> dict[str, str]:
@@ -102,17 +130,24 @@ def runtime_properties(path: str) -> dict[str, str]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sluice", description="Druid-compatible ingestion and SQL on Spark")
+    parser.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default) or ERROR")
+    # also after the subcommand (`sluice start --log-level INFO`); there it overrides the one before
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--log-level", default=argparse.SUPPRESS, help="DEBUG, INFO, WARNING (default) or ERROR")
     commands = parser.add_subparsers(dest="command", required=True)
     for name, (description, role, port) in _ROLES.items():
-        command = commands.add_parser(name, help=description)
+        command = commands.add_parser(name, help=description, parents=[common])
         command.set_defaults(role=role)
         command.add_argument("--config", type=runtime_properties, default={}, metavar="FILE",
                              help="Druid runtime properties (key=value lines); Sluice reads druid.auth.*, "
-                                  "druid.escalator.* (basic security) and druid.enableTlsPort, druid.tlsPort, "
-                                  "druid.server.https.* (an HTTPS port) from it")
-        command.add_argument("--host", default="127.0.0.1")
-        command.add_argument("--port", type=int, default=port)
-        command.add_argument("--work-dir", type=Path, default=Path("var"))
+                                  "druid.escalator.* (basic security), druid.enableTlsPort, druid.tlsPort, "
+                                  "druid.server.https.* (an HTTPS port), druid.server.http.defaultQueryTimeout, "
+                                  "druid.server.http.maxQueryTimeout, druid.query.scheduler.numThreads and "
+                                  "sluice.server.http.maxRequestBytes (default 64 MiB) from it")
+        command.add_argument("--host", default="127.0.0.1", help="the address to serve on (default: 127.0.0.1)")
+        command.add_argument("--port", type=int, default=port, help=f"the HTTP port (default: {port})")
+        command.add_argument("--work-dir", type=Path, default=Path("var"),
+                             help="where the node keeps its metadata, segments and task files (default: ./var)")
         command.add_argument("--metadata-uri", help="sqlite:///… (default: <work-dir>/metadata.db) or "
                                                     "postgresql+psycopg://…")
         command.add_argument("--deep-storage", help="file:///… (default: <work-dir>/deep-storage) or s3://bucket/prefix")
@@ -144,19 +179,22 @@ def build_parser() -> argparse.ArgumentParser:
                                       "faster queries (default: 50000000; 0: read the segment files only)")
         if role is Role.OVERLORD:
             command.add_argument("--worker-select-strategy", default="equalDistribution",
-                                 choices=["equalDistribution", "fillCapacity"])
+                                 choices=["equalDistribution", "fillCapacity"],
+                                 help="druid.indexer.selectStrategy: spread tasks over the workers with the most free "
+                                      "slots, or fill one worker first (default: equalDistribution)")
         if role in (Role.ALL_IN_ONE, Role.OVERLORD):
             _add_overlord_options(command)
 
-    ingest = commands.add_parser("ingest", help="submit a batch task (.json) or SQL INSERT/REPLACE (.sql), show its "
+    ingest = commands.add_parser("ingest", parents=[common], help="submit a batch task (.json) or SQL INSERT/REPLACE (.sql), show its "
                                                 "progress and row stats; exit 0 on success, 1 on failure")
     ingest.add_argument("spec", type=Path, help="an index_parallel / index / compact task JSON, or a .sql statement")
     ingest.add_argument("--url", default="http://127.0.0.1:8888", help="the overlord (or all-in-one node) to submit to")
     ingest.add_argument("--timeout", type=float, help="stop following after this many seconds (the task runs on)")
 
-    stream = commands.add_parser("stream", help="stream jobs (windows, joins, sessions on Spark's state store)")
+    stream = commands.add_parser("stream", parents=[common],
+                                 help="stream jobs (windows, joins, sessions on Spark's state store)")
     stream_commands = stream.add_subparsers(dest="stream_command", required=True)
-    stream_run = stream_commands.add_parser("run", help="run a job.json or job.py with a live status line; a job "
+    stream_run = stream_commands.add_parser("run", parents=[common], help="run a job.json or job.py with a live status line; a job "
                                                         "writing to a data source is submitted to --url")
     stream_run.add_argument("job", type=Path, help="a {\"type\": \"stream\"} JSON spec, or a .py file building one")
     stream_run.add_argument("--url", default="http://127.0.0.1:8888", help="the node a data-source job runs on")
@@ -167,12 +205,26 @@ def build_parser() -> argparse.ArgumentParser:
     stream_run.add_argument("--duration", type=float, help="stop after this many seconds")
     stream_run.add_argument("--spark-master", default="local[*,4]")
 
-    quickstart = commands.add_parser("quickstart", help="dev broker + sample data + example spec + SQL")
+    dev = commands.add_parser("dev", parents=[common], help="a Kafka broker and sample data to try Sluice with")
+    dev_commands = dev.add_subparsers(dest="dev_command", required=True)
+    dev_broker = dev_commands.add_parser("broker", parents=[common],
+                                         help="run a throw-away Kafka-protocol broker (Tansu, in memory) until Ctrl-C")
+    dev_broker.add_argument("--port", type=int, default=9092, help="(default: 9092, as the example spec expects)")
+    dev_broker.add_argument("--host", default="127.0.0.1")
+    dev_produce = dev_commands.add_parser("produce", parents=[common],
+                                          help="write sample Wikipedia edits (a few bad records among them) to a topic")
+    dev_produce.add_argument("--bootstrap-servers", default="localhost:9092")
+    dev_produce.add_argument("--topic", default="wikipedia", help="(default: wikipedia, the example spec's topic; "
+                                                                  "created if missing)")
+    dev_produce.add_argument("--events", type=int, default=100_000)
+    dev_produce.add_argument("--partitions", type=int, default=4, help="for a topic it creates (default: 4)")
+
+    quickstart = commands.add_parser("quickstart", parents=[common],
+                                     help="dev broker + sample data + example spec + SQL")
     quickstart.add_argument("--work-dir", type=Path, default=Path("var"))
     quickstart.add_argument("--port", type=int, default=8888)
     quickstart.add_argument("--events", type=int, default=300_000)
     quickstart.add_argument("--exit", action="store_true", help="stop after printing the results")
-    parser.add_argument("--log-level", default="WARNING")
     return parser
 
 

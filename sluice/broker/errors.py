@@ -53,6 +53,13 @@ class SqlError(Exception):
                            "ResourceLimitExceededException")
 
     @classmethod
+    def capacity_exceeded(cls, capacity: int | None) -> SqlError:
+        """More queries than druid.query.scheduler.numThreads at once (Druid: 429, `Query capacity exceeded`)."""
+        return cls._legacy(f"Too many concurrent queries, total query capacity of {capacity} exceeded. Please try "
+                           "your query again later.", 429, "Query capacity exceeded", "OPERATOR",
+                           "CAPACITY_EXCEEDED", "QueryCapacityExceededException")
+
+    @classmethod
     def internal(cls, message: str) -> SqlError:
         """A failure that is not the query's fault."""
         return cls(message, status=500, error_code="general", persona="ADMIN", category="UNCATEGORIZED")

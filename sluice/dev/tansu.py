@@ -181,19 +181,7 @@ class DevKafkaBroker:
         Waiting matters: a producer or reader that starts right after ``CreateTopics`` can otherwise
         see "unknown topic". Raises ``KafkaException`` if creation fails (e.g. the topic exists).
         """
-        admin = self._admin_client()
-        futures = admin.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=1)], operation_timeout=timeout
-        )
-        futures[name].result(timeout=timeout)
-        deadline = time.monotonic() + timeout
-        while True:
-            topic = admin.list_topics(name, timeout=timeout).topics.get(name)
-            if topic is not None and topic.error is None and len(topic.partitions) == partitions:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"topic {name!r} did not show {partitions} partitions within {timeout}s")
-            time.sleep(0.05)
+        create_topic(self._admin_client(), name, partitions, timeout)
 
     def delete_topic(self, name: str, timeout: float = 30.0) -> None:
         """Delete a topic and return once the broker no longer lists it (its records are gone: a topic created
@@ -235,6 +223,22 @@ class DevKafkaBroker:
         traceback: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def create_topic(admin: AdminClient, name: str, partitions: int = 1, timeout: float = 30.0) -> None:
+    """Create a topic and return once its metadata shows all partitions (see DevKafkaBroker.create_topic)."""
+    futures = admin.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=1)], operation_timeout=timeout
+    )
+    futures[name].result(timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        topic = admin.list_topics(name, timeout=timeout).topics.get(name)
+        if topic is not None and topic.error is None and len(topic.partitions) == partitions:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {name!r} did not show {partitions} partitions within {timeout}s")
+        time.sleep(0.05)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -117,9 +117,10 @@ def _segment_allocate(toolbox: TaskActionToolbox, task: LockTask, action: Mappin
 
 
 def _segment_transactional_insert(toolbox: TaskActionToolbox, task: LockTask,
-                                  action: Mapping[str, Any]) -> dict[str, Any]:
+                                  action: Mapping[str, Any]) -> dict[str, Any] | Denied:
     """Commit the segments, and move the stream offsets from startMetadata to endMetadata, in one transaction;
-    only while the task's locks covering every segment are held and not revoked."""
+    only while the task's locks covering every segment are held and not revoked. Without them the action is
+    denied, not answered "unsuccessful": the task fails at once (as Druid's does) instead of trying again."""
     segments = [DataSegment.from_payload(payload) for payload in action["segments"]]
     start, end = action.get("startMetadata"), action.get("endMetadata")
     data_source = action.get("dataSource") or task.data_source
@@ -129,9 +130,10 @@ def _segment_transactional_insert(toolbox: TaskActionToolbox, task: LockTask,
         for segment in segments:
             toolbox.check_load_spec(segment.load_spec)
 
-    def commit(locks_valid: bool) -> dict[str, Any]:
+    def commit(locks_valid: bool) -> dict[str, Any] | Denied:
         if not locks_valid:
-            return _publish_result(False, "The task's locks do not cover the segments or were revoked", [])
+            return Denied(f"Segments {sorted(str(s.id) for s in segments)} are not covered by locks of task "
+                          f"[{task.id}]: they were revoked, or never taken")
         published = toolbox.metadata.commit_segments_and_metadata(
             segments, data_source, StreamOffsets.from_payload(start) if start else None,
             StreamOffsets.from_payload(end) if end else None)

@@ -21,6 +21,7 @@ from fastapi.responses import Response
 
 from sluice.broker.broker import Broker
 from sluice.broker.native import NativeQueryRunner
+from sluice.broker.scheduler import QueryScheduler
 from sluice.broker.native_metadata import (
     DEFAULT_HISTORY, dimensions_and_metrics, full_data_source, segment_json, served_intervals, simple_properties,
 )
@@ -78,8 +79,11 @@ def query_dimensions(payload: Any) -> dict[str, Any]:
 
 
 def native_router(broker: Broker, metadata: MetadataStore,
-                  emitter: ServiceEmitter = ServiceEmitter("druid/broker", "", NoopEmitter())) -> APIRouter:
-    """`emitter` takes each native query's query/time and query/bytes."""
+                  emitter: ServiceEmitter = ServiceEmitter("druid/broker", "", NoopEmitter()),
+                  scheduler: QueryScheduler | None = None) -> APIRouter:
+    """`emitter` takes each native query's query/time and query/bytes; `scheduler` (shared with the SQL API) sets
+    the timeout a query runs under and how many run at once."""
+    scheduler = scheduler or QueryScheduler()
     router = APIRouter()
     runner = NativeQueryRunner(broker)
 
@@ -95,7 +99,10 @@ def native_router(broker: Broker, metadata: MetadataStore,
         query_id = context.get("queryId") if isinstance(context, dict) else None
         headers = {"X-Druid-Query-Id": str(query_id or uuid.uuid4())}
         try:
-            result = await run_in_threadpool(runner.run, payload, headers["X-Druid-Query-Id"], access)
+            if isinstance(payload, dict):
+                payload = {**payload, "context": scheduler.limits.context(context or {})}
+            with scheduler.running():
+                result = await run_in_threadpool(runner.run, payload, headers["X-Druid-Query-Id"], access)
             response = _json(result, pretty="pretty" in request.query_params, headers=headers)
         except SqlError as error:
             response = _json(error.to_json(), error.status, headers=headers)

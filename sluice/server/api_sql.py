@@ -21,6 +21,7 @@ from sqlglot.errors import SqlglotError
 from sluice.broker.broker import Broker
 from sluice.broker.functions import DruidDialect
 from sluice.broker.results import RESULT_FORMATS, render
+from sluice.broker.scheduler import QueryScheduler
 from sluice.broker.sql import QueryContext, SqlError
 from sluice.broker.system_tables import DRUID_SCHEMA
 from sluice.emitter import NoopEmitter, ServiceEmitter, metrics
@@ -49,9 +50,11 @@ def data_sources_dimension(query: str) -> str:
     return f"[{', '.join(sorted(names))}]"
 
 
-def sql_router(broker: Broker, emitter: ServiceEmitter = ServiceEmitter("druid/broker", "", NoopEmitter())
-               ) -> APIRouter:
-    """`emitter` takes each query's sqlQuery/time and sqlQuery/bytes."""
+def sql_router(broker: Broker, emitter: ServiceEmitter = ServiceEmitter("druid/broker", "", NoopEmitter()),
+               scheduler: QueryScheduler | None = None) -> APIRouter:
+    """`emitter` takes each query's sqlQuery/time and sqlQuery/bytes; `scheduler` (shared with the native API) sets
+    the timeout a query runs under and how many run at once."""
+    scheduler = scheduler or QueryScheduler()
     router = APIRouter()
 
     def emit(query: str, query_id: str, request: Request, started: float, response: Response) -> Response:
@@ -90,9 +93,10 @@ def sql_router(broker: Broker, emitter: ServiceEmitter = ServiceEmitter("druid/b
         query_id = str(context.get("sqlQueryId") or uuid.uuid4())
         headers = {_QUERY_ID_HEADER: query_id}
         try:
-            result = await run_in_threadpool(
-                broker.sql, payload["query"], payload.get("parameters") or [], {**context, "sqlQueryId": query_id},
-                access)
+            with scheduler.running():
+                result = await run_in_threadpool(
+                    broker.sql, payload["query"], payload.get("parameters") or [],
+                    {**scheduler.limits.context(context), "sqlQueryId": query_id}, access)
             header = bool(payload.get("header"))
             content, media_type = render(result, result_format, header, bool(payload.get("typesHeader")),
                                          bool(payload.get("sqlTypesHeader")),

@@ -20,6 +20,7 @@ from fastapi import FastAPI
 from sluice.broker import system_tables as sys_tables
 from sluice.broker.broker import Broker
 from sluice.broker.engine import SqlEngine
+from sluice.broker.scheduler import QueryLimits, QueryScheduler
 from sluice.broker.limits import DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RESULT_ROWS
 from sluice.broker.loaded import LoadedDataSources
 from sluice.broker.overlord_client import OverlordClient
@@ -64,6 +65,9 @@ from sluice.worker.worker import PeonConfig, WorkerTaskManager
 log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
+#: Druid has no such limit (Jetty reads what comes); a node holds a body in memory, so it bounds it. Task specs with
+#: inline data are the largest bodies a user sends.
+DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,10 @@ class NodeConfig:
     max_query_rows: int = DEFAULT_MAX_RESULT_ROWS
     #: the most bytes of strings and arrays one query may return (0: no limit); more is refused as rows are
     max_query_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    #: druid.server.http.defaultQueryTimeout / maxQueryTimeout, druid.query.scheduler.numThreads
+    query_limits: QueryLimits = QueryLimits()
+    #: sluice.server.http.maxRequestBytes: a larger request body is refused with 413 (0: no limit)
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     #: the rows the broker may hold loaded into DuckDB's own storage (dictionary-encoded, in time order; see
     #: broker/loaded.py), over all data sources, least recently queried unloaded first; 0: read files only
     load_max_rows: int = 50_000_000
@@ -130,7 +138,7 @@ class Node:
         self.stream_factory = stream_factory
         self.lifecycle = Lifecycle()
         self.ready = False
-        self.app = FastAPI(title="Sluice", version=VERSION)
+        self.app = FastAPI(title="Sluice", version=VERSION, max_body_size=config.max_request_bytes or None)
         role = config.role
         self.emitter = ServiceEmitter(f"druid/{role.value}", f"{config.host}:{config.port}",
                                       build_emitter(config.emitter), VERSION)
@@ -271,8 +279,9 @@ class Node:
             self.broker = Broker(self.metadata, self.deep_storage, self.config.work_dir / "segment-cache", engine,
                                  realtime=overlord.realtime_views, supervisors=overlord.supervisor_statuses,
                                  tasks=overlord.task_statuses, loaded=self.loaded)
-        self.app.include_router(sql_router(self.broker, self.emitter))
-        self.app.include_router(native_router(self.broker, self.metadata, self.emitter))
+        scheduler = QueryScheduler(self.config.query_limits)
+        self.app.include_router(sql_router(self.broker, self.emitter, scheduler))
+        self.app.include_router(native_router(self.broker, self.metadata, self.emitter, scheduler))
 
     def _stop_broker(self) -> None:
         if self.loaded is not None:
