@@ -5,7 +5,6 @@ run` runs a stream job."""
 from __future__ import annotations
 
 import argparse
-import logging
 import socket
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.broker.limits import DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RESULT_ROWS
 from sluice.emitter.config import EmitterConfig
+from sluice.logs import configure as configure_logging
 from sluice.server.roles import Role
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ _ROLES = {
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level)
     if args.command in _ROLES:
         from sluice.server.node import Node
 

@@ -8,6 +8,7 @@ node stops announcing and serving before the parts behind the API go away.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from enum import IntEnum
@@ -58,9 +59,21 @@ class Lifecycle:
         self._stop_requested.set()
 
     def join(self) -> None:
-        """Block until SIGTERM, SIGINT (Ctrl-C) or `request_stop`, then stop everything."""
+        """Block until SIGTERM, SIGINT (Ctrl-C) or `request_stop`, then stop everything, gracefully: tasks stop at a
+        point they resume from. A second signal while that runs exits at once (what was not committed is read
+        again by the tasks' next run, so nothing is lost or doubled)."""
+        def first(signum: int, _frame: object) -> None:
+            log.warning("%s: stopping gracefully (send it again to exit at once)", signal.Signals(signum).name)
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, again)
+            self._stop_requested.set()
+
+        def again(signum: int, _frame: object) -> None:
+            log.warning("%s again: exiting now", signal.Signals(signum).name)
+            os._exit(128 + signum)
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self._stop_requested.set())
+            signal.signal(sig, first)
         while not self._stop_requested.wait(0.5):
             pass
         self.stop()

@@ -31,6 +31,7 @@ from fastapi import FastAPI
 
 from sluice.discovery import OVERLORD, live_urls
 from sluice.emitter import EmitterConfig, ServiceEmitter, build_emitter
+from sluice.logs import configure as configure_logging
 from sluice.metadata.store import MetadataStore
 from sluice.segment.deep_storage import DeepStorage
 from sluice.security.access import Security
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--emitter", type=EmitterConfig.model_validate_json, default=EmitterConfig(),
                         help="the emitter settings as JSON (Druid's names)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging("INFO")
     auth = AuthConfig.from_properties(json.loads(os.environ.get(AUTH_PROPERTIES_ENV, "{}")))
     sys.exit(run_peon(args.task_dir, args.port, args.metadata_uri, args.deep_storage, args.spark_master,
                       args.parent_pid, args.emitter, auth))
