@@ -6,10 +6,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install quickstart test test-deps bench bench-smoke clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)  ## a .venv with Sluice, Spark, the dev Kafka broker and the test tools

@@ -72,6 +72,7 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
     from sluice.overlord.supervisor.state_manager import SupervisorStateManagerConfig
     from sluice.security.config import AuthConfig
     from sluice.broker.scheduler import QueryLimits
+    from sluice.periods import parse_duration
     from sluice.server.node import DEFAULT_MAX_REQUEST_BYTES, NodeConfig
     from sluice.server.tls import TlsConfig
 
@@ -94,7 +95,14 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
     max_request_bytes = properties.get("sluice.server.http.maxRequestBytes", str(DEFAULT_MAX_REQUEST_BYTES)).strip()
     if not max_request_bytes.isdigit():
         raise ValueError(f"sluice.server.http.maxRequestBytes: [{max_request_bytes}] is not a number of bytes")
+    try:
+        coordinator_period = parse_duration(properties.get("druid.coordinator.period", "PT60S")).total_seconds()
+    except ValueError as error:
+        raise ValueError(f"druid.coordinator.period: {error}") from None
+    if coordinator_period <= 0:
+        raise ValueError("druid.coordinator.period: must be longer than nothing, e.g. PT60S")
     return NodeConfig(auth=AuthConfig.from_properties(properties), tls=TlsConfig.from_properties(properties),
+                      coordinator_period_s=coordinator_period,
                       query_limits=QueryLimits.from_properties(properties), max_request_bytes=int(max_request_bytes),
                       host=args.host, port=args.port, work_dir=args.work_dir, metadata_uri=args.metadata_uri,
                       deep_storage=args.deep_storage, spark_master=args.spark_master, role=args.role,

@@ -312,6 +312,42 @@ class MetadataStore:
 
         return self._transaction(work)
 
+    # -- retention rules (druid_rules, druid_audit) -------------------------------------------
+
+    def rules(self) -> dict[str, list[dict[str, Any]]]:
+        """The rules in force: the newest version of each data source's (and `_default`'s)."""
+        table = tables.rules
+        with self._reader.connect() as conn:
+            rows = conn.execute(select(table.c.dataSource, table.c.payload).order_by(table.c.version)).all()
+        return {row.dataSource: json.loads(row.payload) for row in rows}
+
+    def set_rules(self, data_source: str, rules: list[dict[str, Any]], author: str, comment: str,
+                  ip: str | None) -> None:
+        """A new version of the data source's rules, and its audit entry, in one transaction."""
+        def work(conn: Connection) -> None:
+            version = _now()
+            payload = json.dumps(rules, separators=(",", ":")).encode()
+            conn.execute(insert(tables.rules).values(id=f"{data_source}_{version}", dataSource=data_source,
+                                                     version=version, payload=payload))
+            conn.execute(insert(tables.audit).values(audit_key=data_source, type="rules", author=author,
+                                                     comment=comment, created_date=version, payload=payload, ip=ip))
+
+        self._transaction(work)
+
+    def rules_history(self, data_source: str | None = None, count: int | None = None) -> list[dict[str, Any]]:
+        """Druid's AuditEntry of each change of rules, newest first."""
+        table = tables.audit
+        query = select(table).where(table.c.type == "rules").order_by(table.c.created_date.desc(), table.c.id.desc())
+        if data_source is not None:
+            query = query.where(table.c.audit_key == data_source)
+        if count is not None:
+            query = query.limit(count)
+        with self._reader.connect() as conn:
+            rows = conn.execute(query).all()
+        return [{"key": row.audit_key, "type": row.type,
+                 "auditInfo": {"author": row.author, "comment": row.comment, "ip": row.ip},
+                 "payload": row.payload.decode(), "auditTime": row.created_date} for row in rows]
+
     # -- supervisors -------------------------------------------------------------------------
 
     def insert_supervisor(self, spec_id: str, payload: dict[str, Any]) -> None:

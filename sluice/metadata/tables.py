@@ -130,3 +130,31 @@ config = Table(
     _varchar("name", primary_key=True),
     Column("payload", LargeBinary, nullable=False),
 )
+
+rules = Table(
+    # Druid's rules table: every change of a data source's retention rules is a new version (the `_default` data
+    # source holds the cluster's default rules); the newest version is in force.
+    "druid_rules",
+    metadata,
+    _varchar("id", primary_key=True),  # <dataSource>_<version>
+    _varchar("dataSource", nullable=False),
+    _varchar("version", nullable=False),
+    Column("payload", LargeBinary, nullable=False),  # the rules array
+    Index("idx_druid_rules_datasource", "dataSource"),
+)
+
+audit = Table(
+    # Druid's audit table: who changed what (rules here), from the X-Druid-Author / X-Druid-Comment headers.
+    "druid_audit",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    _varchar("audit_key", nullable=False),
+    _varchar("type", nullable=False),
+    _varchar("author", nullable=False),
+    Column("comment", String(2048), nullable=False),
+    _varchar("created_date", nullable=False),
+    Column("payload", LargeBinary, nullable=False),
+    # Not a column of Druid's table (its AuditInfo carries the address): where the change came from.
+    _varchar("ip"),
+    Index("idx_druid_audit_key_time", "audit_key", "created_date"),
+)

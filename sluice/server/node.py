@@ -21,6 +21,7 @@ from sluice.broker import system_tables as sys_tables
 from sluice.broker.broker import Broker
 from sluice.broker.engine import SqlEngine
 from sluice.broker.scheduler import QueryLimits, QueryScheduler
+from sluice.coordinator.duties import RetentionDuty
 from sluice.broker.limits import DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RESULT_ROWS
 from sluice.broker.loaded import LoadedDataSources
 from sluice.broker.overlord_client import OverlordClient
@@ -47,6 +48,7 @@ from sluice.server.api_sql_task import sql_task_router
 from sluice.server.api_supervisor import supervisor_router
 from sluice.server.api_task import task_router
 from sluice.server.api_task_action import task_action_router
+from sluice.server.api_rules import rules_router
 from sluice.server.api_security import security_router
 from sluice.server.api_worker import worker_router
 from sluice.server.auth import install, serve_security, state_guard
@@ -113,6 +115,8 @@ class NodeConfig:
     supervisor: SupervisorStateManagerConfig = SupervisorStateManagerConfig()
     #: druid.indexer.queue.maxSize: the most active tasks the overlord's queue holds; more are refused (429)
     queue_max_size: int = MAX_SIZE
+    #: druid.coordinator.period: how often the coordinator duties (retention rules) run
+    coordinator_period_s: float = 60.0
     #: druid.auth.* and druid.escalator.*: Druid's default, allowAll, lets everyone do everything
     auth: AuthConfig = AuthConfig()
     #: druid.enableTlsPort and the rest: HTTPS on a second port; None: plaintext only (Druid's default)
@@ -154,6 +158,7 @@ class Node:
         if role in (Role.ALL_IN_ONE, Role.OVERLORD):
             self.lifecycle.add("task queue", self._start_queue, self._stop_queue)
             self.lifecycle.add("supervisors", self._start_supervisors, self._stop_supervisors)
+            self.lifecycle.add("coordinator duties", self._start_duties, self._stop_duties)
         if role is Role.WORKER:
             self.lifecycle.add("worker", self._start_worker, self._stop_worker)
         if role in (Role.ALL_IN_ONE, Role.BROKER):
@@ -246,6 +251,14 @@ class Node:
 
     def _stop_supervisors(self) -> None:
         self.supervisors.stop()
+
+    def _start_duties(self) -> None:
+        self.retention = RetentionDuty(self.metadata, self.config.coordinator_period_s)
+        self.retention.start()
+        self.app.include_router(rules_router(self.metadata))
+
+    def _stop_duties(self) -> None:
+        self.retention.stop()
 
     # ---- worker ----
 
