@@ -72,6 +72,7 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
     from sluice.overlord.supervisor.state_manager import SupervisorStateManagerConfig
     from sluice.security.config import AuthConfig
     from sluice.broker.scheduler import QueryLimits
+    from sluice.coordinator.duties import KillConfig
     from sluice.periods import parse_duration
     from sluice.server.node import DEFAULT_MAX_REQUEST_BYTES, NodeConfig
     from sluice.server.tls import TlsConfig
@@ -102,7 +103,7 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
     if coordinator_period <= 0:
         raise ValueError("druid.coordinator.period: must be longer than nothing, e.g. PT60S")
     return NodeConfig(auth=AuthConfig.from_properties(properties), tls=TlsConfig.from_properties(properties),
-                      coordinator_period_s=coordinator_period,
+                      coordinator_period_s=coordinator_period, kill=KillConfig.from_properties(properties),
                       query_limits=QueryLimits.from_properties(properties), max_request_bytes=int(max_request_bytes),
                       host=args.host, port=args.port, work_dir=args.work_dir, metadata_uri=args.metadata_uri,
                       deep_storage=args.deep_storage, spark_master=args.spark_master, role=args.role,

@@ -1,29 +1,43 @@
-"""The retention duty: every `druid.coordinator.period`, each data source's used segments meet its rules (Druid's
-RunRules duty); those a drop rule takes are marked unused, which takes them out of queries at the brokers' next
-snapshot. Deleting them is a kill task's work."""
+"""The coordinator's duties that Sluice runs on the overlord, each every period of its own:
+
+- retention (Druid's RunRules): each data source's used segments meet its rules; those a drop rule takes are marked
+  unused, which takes them out of queries at the brokers' next snapshot;
+- kill (Druid's KillUnusedSegments, with `druid.coordinator.kill.on`): unused segments that end before
+  `durationToRetain` ago and were marked unused before `bufferPeriod` ago are deleted, metadata and deep storage,
+  by a kill task per data source of at most `maxSegments`.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from sluice.coordinator.rules import DEFAULT, DEFAULT_RULES, InvalidRule, parse_rules, segments_to_drop
 from sluice.metadata.store import MetadataStore
-from sluice.timestamps import EpochInterval, to_millis
+from sluice.periods import parse_duration
+from sluice.task.kill_task import KillTaskPayload, KillTaskSpec, new_kill_task_id
+from sluice.task.task import TaskSpec
+from sluice.timestamps import EpochInterval, format_timestamp, to_millis
 
 log = logging.getLogger(__name__)
 
+Clock = Callable[[], float]
 
-class RetentionDuty:
-    def __init__(self, metadata: MetadataStore, period_s: float = 60.0,
-                 clock: Callable[[], float] = time.time) -> None:
-        self._metadata = metadata
+
+class PeriodicDuty:
+    """Runs `duty` every `period_s` seconds in a thread of its own; a failure is logged and the next period tries
+    again."""
+
+    def __init__(self, name: str, period_s: float, duty: Callable[[], object]) -> None:
+        self._name = name
         self._period = period_s
-        self._clock = clock
+        self._duty = duty
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="coordinator-duties", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -35,9 +49,15 @@ class RetentionDuty:
     def _loop(self) -> None:
         while not self._stopped.wait(self._period):
             try:
-                self.run_once()
-            except Exception:  # the next period tries again
-                log.exception("retention duty failed")
+                self._duty()
+            except Exception:
+                log.exception("coordinator duty %s failed", self._name)
+
+
+class RetentionDuty:
+    def __init__(self, metadata: MetadataStore, clock: Clock = time.time) -> None:
+        self._metadata = metadata
+        self._clock = clock
 
     def run_once(self) -> dict[str, int]:
         """Apply the rules now; the number of segments marked unused per data source."""
@@ -58,3 +78,69 @@ class RetentionDuty:
                 dropped[data_source] = self._metadata.mark_segments_unused(data_source, segment_ids=ids)
                 log.info("retention rules of %s dropped %d segments", data_source, dropped[data_source])
         return dropped
+
+
+@dataclass(frozen=True)
+class KillConfig:
+    """druid.coordinator.kill.*, with Druid's defaults."""
+
+    on: bool = False
+    period: timedelta = timedelta(days=1)
+    duration_to_retain: timedelta = timedelta(days=90)
+    buffer_period: timedelta = timedelta(days=30)
+    max_segments: int = 100
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, str]) -> KillConfig:
+        """Raises ValueError naming the key that is wrong."""
+        prefix = "druid.coordinator.kill."
+        defaults = cls()
+        values: dict[str, object] = {}
+        for field_name, key in (("period", "period"), ("duration_to_retain", "durationToRetain"),
+                                ("buffer_period", "bufferPeriod")):
+            text = properties.get(prefix + key)
+            if text is not None:
+                try:
+                    values[field_name] = parse_duration(text.strip())
+                except ValueError as error:
+                    raise ValueError(f"{prefix}{key}: {error}") from None
+        on = properties.get(prefix + "on", "false").strip().lower()
+        if on not in ("true", "false"):
+            raise ValueError(f"{prefix}on: [{on}] is not true or false")
+        max_segments = properties.get(prefix + "maxSegments", str(defaults.max_segments)).strip()
+        if not max_segments.isdigit() or int(max_segments) < 1:
+            raise ValueError(f"{prefix}maxSegments: [{max_segments}] is not a positive number")
+        config = cls(on=on == "true", max_segments=int(max_segments), **values)  # type: ignore[arg-type]
+        if config.period <= timedelta(0):
+            raise ValueError(f"{prefix}period: must be longer than nothing")
+        return config
+
+
+class KillUnusedSegments:
+    def __init__(self, metadata: MetadataStore, submit: Callable[[TaskSpec], None],
+                 active: Callable[[str], list[TaskSpec]], config: KillConfig, clock: Clock = time.time) -> None:
+        """`submit` queues a task; `active` lists a data source's active tasks (a kill still running is waited
+        for, not doubled)."""
+        self._metadata = metadata
+        self._submit = submit
+        self._active = active
+        self._config = config
+        self._clock = clock
+
+    def run_once(self) -> list[str]:
+        """The ids of the kill tasks submitted."""
+        now = datetime.fromtimestamp(self._clock(), UTC)
+        marked_by = now - self._config.buffer_period
+        submitted = []
+        for data_source, interval in sorted(self._metadata.killable_intervals(
+                now - self._config.duration_to_retain, marked_by).items()):
+            if any(task.type == "kill" for task in self._active(data_source)):
+                continue
+            task_id = new_kill_task_id(data_source, interval, prefix="coordinator-issued")
+            payload = KillTaskPayload(type="kill", id=task_id, data_source=data_source, interval=str(interval),
+                                      limit=self._config.max_segments,
+                                      max_used_status_last_updated_time=format_timestamp(marked_by))
+            self._submit(KillTaskSpec(task_id, payload))
+            submitted.append(task_id)
+            log.info("kill duty: task %s kills the unused segments of %s in %s", task_id, data_source, interval)
+        return submitted

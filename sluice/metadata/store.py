@@ -27,7 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from sluice.metadata import tables
 from sluice.metadata.offsets import StreamOffsets
 from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
-from sluice.timestamps import format_timestamp
+from sluice.timestamps import format_timestamp, parse_timestamp
 from sluice.segment.timeline import VersionedIntervalTimeline
 
 T = TypeVar("T")
@@ -564,18 +564,34 @@ class MetadataStore:
             return result.rowcount == 1
 
     def unused_segments(self, data_source: str, interval: Interval, versions: Sequence[str] | None = None,
-                        limit: int | None = None) -> list[DataSegment]:
-        """Unused segments wholly inside `interval` (of `versions`, when given), in segment id order, at most
-        `limit` (Druid's RetrieveUnusedSegmentsAction): what a kill task may delete."""
+                        limit: int | None = None, marked_unused_by: datetime | None = None) -> list[DataSegment]:
+        """Unused segments wholly inside `interval` (of `versions`, when given; marked unused at or before
+        `marked_unused_by`, when given), in segment id order, at most `limit` (Druid's RetrieveUnusedSegmentsAction):
+        what a kill task may delete."""
         table = tables.segments
+        condition = _segment_filter(data_source, interval, None, versions)
+        if marked_unused_by is not None:
+            condition = condition & (table.c.used_status_last_updated <= format_timestamp(marked_unused_by))
         query = (select(table.c.payload)
-                 .where(table.c.used.is_(False), _segment_filter(data_source, interval, None, versions))
+                 .where(table.c.used.is_(False), condition)
                  .order_by(table.c.start, table.c.end, table.c.version, table.c.id))
         if limit is not None:
             query = query.limit(limit)
         with self._reader.connect() as conn:
             found = [DataSegment.from_payload(_load(payload)) for payload in conn.scalars(query)]
         return sorted(found, key=lambda segment: segment.id)
+
+    def killable_intervals(self, ends_by: datetime, marked_unused_by: datetime) -> dict[str, Interval]:
+        """Per data source, the interval spanning its unused segments that end by `ends_by` and were marked unused
+        by `marked_unused_by` (what Druid's kill duty gives a kill task)."""
+        table = tables.segments
+        query = (select(table.c.dataSource, func.min(table.c.start), func.max(table.c.end))
+                 .where(table.c.used.is_(False), table.c.end <= format_timestamp(ends_by),
+                        table.c.used_status_last_updated <= format_timestamp(marked_unused_by))
+                 .group_by(table.c.dataSource))
+        with self._reader.connect() as conn:
+            rows = conn.execute(query).all()
+        return {source: Interval(parse_timestamp(start), parse_timestamp(end)) for source, start, end in rows}
 
     def delete_unused_segments(self, data_source: str, segment_ids: Sequence[str]) -> int:
         """Delete the rows of these segments (Druid's SegmentNukeAction), only while they are unused: a segment

@@ -152,10 +152,10 @@ def _segment_list_used(toolbox: TaskActionToolbox, task: LockTask, action: Mappi
 def _retrieve_unused(toolbox: TaskActionToolbox, task: LockTask, action: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Unused segments wholly inside `interval` (of `versions`), at most `limit`: what a kill task may delete."""
     _check_data_source(task, action)
-    limit = action.get("limit")
+    limit, marked_by = action.get("limit"), action.get("maxUsedStatusLastUpdatedTime")
     return [s.to_payload() for s in toolbox.metadata.unused_segments(
         action["dataSource"], Interval.parse(action["interval"]), action.get("versions"),
-        int(limit) if limit is not None else None)]
+        int(limit) if limit is not None else None, parse_timestamp(marked_by) if marked_by else None)]
 
 
 def _segment_nuke(toolbox: TaskActionToolbox, task: LockTask, action: Mapping[str, Any]) -> list[str] | Denied:

@@ -21,7 +21,7 @@ from sluice.broker import system_tables as sys_tables
 from sluice.broker.broker import Broker
 from sluice.broker.engine import SqlEngine
 from sluice.broker.scheduler import QueryLimits, QueryScheduler
-from sluice.coordinator.duties import RetentionDuty
+from sluice.coordinator.duties import KillConfig, KillUnusedSegments, PeriodicDuty, RetentionDuty
 from sluice.broker.limits import DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RESULT_ROWS
 from sluice.broker.loaded import LoadedDataSources
 from sluice.broker.overlord_client import OverlordClient
@@ -115,8 +115,10 @@ class NodeConfig:
     supervisor: SupervisorStateManagerConfig = SupervisorStateManagerConfig()
     #: druid.indexer.queue.maxSize: the most active tasks the overlord's queue holds; more are refused (429)
     queue_max_size: int = MAX_SIZE
-    #: druid.coordinator.period: how often the coordinator duties (retention rules) run
+    #: druid.coordinator.period: how often the retention rules are applied
     coordinator_period_s: float = 60.0
+    #: druid.coordinator.kill.*: deleting unused segments, off by default
+    kill: KillConfig = KillConfig()
     #: druid.auth.* and druid.escalator.*: Druid's default, allowAll, lets everyone do everything
     auth: AuthConfig = AuthConfig()
     #: druid.enableTlsPort and the rest: HTTPS on a second port; None: plaintext only (Druid's default)
@@ -253,12 +255,19 @@ class Node:
         self.supervisors.stop()
 
     def _start_duties(self) -> None:
-        self.retention = RetentionDuty(self.metadata, self.config.coordinator_period_s)
-        self.retention.start()
+        self.duties = [PeriodicDuty("retention", self.config.coordinator_period_s,
+                                    RetentionDuty(self.metadata).run_once)]
+        kill = self.config.kill
+        if kill.on:
+            killing = KillUnusedSegments(self.metadata, self.task_queue.add, self.task_queue.active, kill)
+            self.duties.append(PeriodicDuty("kill", kill.period.total_seconds(), killing.run_once))
+        for duty in self.duties:
+            duty.start()
         self.app.include_router(rules_router(self.metadata))
 
     def _stop_duties(self) -> None:
-        self.retention.stop()
+        for duty in self.duties:
+            duty.stop()
 
     # ---- worker ----
 

@@ -29,7 +29,7 @@ from sluice.spec.model import SpecModel
 from sluice.task import actions
 from sluice.task.task import PayloadTaskSpec, TaskFailure, TaskStatus, run_to_status, write_task_file
 from sluice.task.toolbox import TaskToolbox
-from sluice.timestamps import format_timestamp
+from sluice.timestamps import format_timestamp, parse_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class KillTaskPayload(SpecModel):
     versions: list[str] | None = None
     batch_size: int = Field(BATCH_SIZE, gt=0)
     limit: int | None = Field(None, gt=0)
-    #: Druid's optional bound on used_status_last_updated; accepted, every unused segment is eligible
+    #: only segments marked unused at or before this instant are killed (the kill duty's buffer period)
     max_used_status_last_updated_time: str | None = None
     context: dict[str, Any] = Field(default_factory=dict)
     group_id: str | None = None
@@ -94,6 +94,11 @@ def spec_from_json(payload: dict[str, Any]) -> KillTaskSpec:
         interval = Interval(*parse_interval(parsed.interval))
     except ValueError as error:
         raise SpecError("interval", str(error)) from None
+    if parsed.max_used_status_last_updated_time is not None:
+        try:
+            parse_timestamp(parsed.max_used_status_last_updated_time)
+        except ValueError as error:
+            raise SpecError("maxUsedStatusLastUpdatedTime", str(error)) from None
     return KillTaskSpec(parsed.id or new_kill_task_id(parsed.data_source, interval), parsed)
 
 
@@ -149,7 +154,8 @@ class KillTask:
                 break
             batch = [DataSegment.from_payload(p) for p in client.submit({
                 "type": "retrieveUnusedSegments", "dataSource": data_source, "interval": str(interval),
-                "versions": payload.versions, "limit": size})]
+                "versions": payload.versions, "limit": size,
+                "maxUsedStatusLastUpdatedTime": payload.max_used_status_last_updated_time})]
             if not batch:
                 break
             self._check_lock(interval)

@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
+from sluice.coordinator.duties import KillConfig, KillUnusedSegments
+from sluice.segment.segment import ETERNITY, DataSegment, Interval, SegmentId, numbered_shard_spec
 from sluice.server.node import Node, NodeConfig
 from sluice.server.roles import Role
 from tests.integration.harness import wait_for
@@ -31,16 +32,20 @@ def overlord(tmp_path: Path) -> Iterator[Node]:
     node.stop()
 
 
-def add_days(node: Node, data_source: str, days_ago: range) -> None:
-    """One day segment per day, `days_ago` days before today."""
-    segments = []
+def add_days(node: Node, data_source: str, days_ago: range) -> dict[int, Path]:
+    """One day segment per day, `days_ago` days before today, each with a file in deep storage."""
+    segments, files = [], {}
     for ago in days_ago:
         start = TODAY - timedelta(days=ago)
         segment_id = SegmentId(data_source, Interval(start, start + timedelta(days=1)), "v1", 0)
+        files[ago] = node.deep_storage.root / data_source / f"{ago}.parquet"
+        files[ago].parent.mkdir(parents=True, exist_ok=True)
+        files[ago].write_bytes(b"segment")
         segments.append(DataSegment(id=segment_id, dimensions=[], metrics=[], aggregators=[],
-                                    shard_spec=numbered_shard_spec(0), num_rows=1, size=1,
-                                    load_spec={"type": "local", "path": str(node.deep_storage.root / f"{ago}")}))
+                                    shard_spec=numbered_shard_spec(0), num_rows=1, size=7,
+                                    load_spec={"type": "local", "path": str(files[ago])}))
     assert node.metadata.commit_segments_and_metadata(segments, data_source, None, None).success
+    return files
 
 
 def used_days_ago(node: Node, data_source: str) -> list[int]:
@@ -86,3 +91,24 @@ def test_rules_drop_exactly_what_they_say_and_every_change_is_audited(overlord: 
     refused = http.post(f"{RULES}/recent_only", json=[{"type": "loadByPeriod"}])
     assert refused.status_code == 400 and refused.json()["error"] == "rules[0].period: required for loadByPeriod"
     assert http.get(f"{RULES}/recent_only").json() == keep_three_days  # nothing stored
+
+
+def test_the_kill_duty_deletes_unused_segments_past_retention_once_their_buffer_is_over(node: Node,
+                                                                                     http: httpx.Client) -> None:
+    """On the session's all-in-one node, whose task queue runs the kill tasks the duty submits."""
+    files = add_days(node, "kill_duty", range(0, 10))
+    assert node.metadata.mark_segments_unused("kill_duty", ETERNITY) == 10
+    retain_five_days = KillConfig(on=True, duration_to_retain=timedelta(days=5), buffer_period=timedelta(hours=1))
+    buffered = KillUnusedSegments(node.metadata, node.task_queue.add, node.task_queue.active, retain_five_days)
+    assert buffered.run_once() == []  # marked unused a moment ago: within the buffer period
+    duty = KillUnusedSegments(node.metadata, node.task_queue.add, node.task_queue.active,
+                              KillConfig(on=True, duration_to_retain=timedelta(days=5), buffer_period=timedelta(0)))
+    [task_id] = duty.run_once()
+    status = wait_for(lambda: (s := http.get(f"/druid/indexer/v1/task/{task_id}/status").json()["status"])
+                      ["statusCode"] != "RUNNING" and s, 60, "the kill task")
+    assert status["statusCode"] == "SUCCESS", status
+    # segments that end by now - 5 days (6 to 9 days ago) are gone, rows and files; the others stay, unused
+    unused = {(TODAY - s.interval.start).days for s in node.metadata.unused_segments("kill_duty", ETERNITY)}
+    assert unused == {0, 1, 2, 3, 4, 5}
+    assert sorted(ago for ago, path in files.items() if path.exists()) == [0, 1, 2, 3, 4, 5]
+    assert duty.run_once() == []  # nothing left to kill

@@ -4,11 +4,13 @@ keys, a port already in use said before anything starts."""
 from __future__ import annotations
 
 import socket
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from sluice.broker.scheduler import QueryLimits
+from sluice.coordinator.duties import KillConfig
 from sluice.cli import build_parser, main, node_config
 
 
@@ -39,21 +41,29 @@ def test_a_config_file_of_druids_keys_reaches_the_node(tmp_path: Path) -> None:
                       "druid.auth.authorizer.basic.type=basic\n"
                       "druid.server.http.maxQueryTimeout=60000\n"
                       "druid.query.scheduler.numThreads : 8\n"
-                      "sluice.server.http.maxRequestBytes=1048576\n")
+                      "sluice.server.http.maxRequestBytes=1048576\n"
+                      "druid.coordinator.period=PT30S\n"
+                      "druid.coordinator.kill.on=true\n"
+                      "druid.coordinator.kill.durationToRetain=P30D\n")
     node = node_config(build_parser().parse_args(["start", "--config", str(config)]))
     assert not node.auth.open and node.auth.authenticator_chain[0].name == "basic"
     assert node.query_limits == QueryLimits(max_timeout_ms=60_000, max_running=8)
     assert node.max_request_bytes == 1_048_576 and node.tls is None
+    assert node.coordinator_period_s == 30 and node.kill == KillConfig(on=True, duration_to_retain=timedelta(days=30))
 
 
 def test_a_wrong_key_in_the_config_file_stops_the_start_naming_it(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "runtime.properties"
-    config.write_text("druid.auth.authenticatorChain=basic\n")
-    with pytest.raises(SystemExit) as stopped:
-        main(["start", "--config", str(config)])
-    assert stopped.value.code == 2
-    assert "druid.auth.authenticatorChain: [basic] is not a JSON list" in capsys.readouterr().err
+    for line, message in (("druid.auth.authenticatorChain=basic", "druid.auth.authenticatorChain: [basic] is not a JSON"),
+                          ("druid.coordinator.kill.bufferPeriod=P1M", "druid.coordinator.kill.bufferPeriod: "),
+                          ("druid.coordinator.kill.maxSegments=0", "druid.coordinator.kill.maxSegments: [0]"),
+                          ("druid.coordinator.period=PT0S", "druid.coordinator.period: must be longer")):
+        config.write_text(line + "\n")
+        with pytest.raises(SystemExit) as stopped:
+            main(["start", "--config", str(config)])
+        assert stopped.value.code == 2
+        assert message in capsys.readouterr().err, line
     with pytest.raises(SystemExit):
         main(["start", "--config", str(tmp_path / "missing.properties")])
     assert "cannot read" in capsys.readouterr().err
