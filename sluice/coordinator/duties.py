@@ -4,7 +4,11 @@
   unused, which takes them out of queries at the brokers' next snapshot;
 - kill (Druid's KillUnusedSegments, with `druid.coordinator.kill.on`): unused segments that end before
   `durationToRetain` ago and were marked unused before `bufferPeriod` ago are deleted, metadata and deep storage,
-  by a kill task per data source of at most `maxSegments`.
+  by a kill task per data source of at most `maxSegments`;
+- clean-up, every `druid.coordinator.kill.period`: pending segments (ids allocated, never published) older than a
+  day before the data source's oldest active task (Druid's KillStalePendingSegments), and files in deep storage that
+  no segment names, older than `sluice.coordinator.kill.orphanFiles.durationToRetain` (a replica that lost the
+  publish race, a task that died between its push and its commit).
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ from datetime import UTC, datetime, timedelta
 from sluice.coordinator.rules import DEFAULT, DEFAULT_RULES, InvalidRule, parse_rules, segments_to_drop
 from sluice.metadata.store import MetadataStore
 from sluice.periods import parse_duration
+from sluice.segment.deep_storage import DeepStorage
 from sluice.task.kill_task import KillTaskPayload, KillTaskSpec, new_kill_task_id
 from sluice.task.task import TaskSpec
-from sluice.timestamps import EpochInterval, format_timestamp, to_millis
+from sluice.timestamps import EpochInterval, format_timestamp, parse_timestamp, to_millis
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +94,9 @@ class KillConfig:
     duration_to_retain: timedelta = timedelta(days=90)
     buffer_period: timedelta = timedelta(days=30)
     max_segments: int = 100
+    pending_segments_on: bool = True
+    orphan_files_on: bool = True
+    orphan_files_retain: timedelta = timedelta(days=1)
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> KillConfig:
@@ -96,21 +104,27 @@ class KillConfig:
         prefix = "druid.coordinator.kill."
         defaults = cls()
         values: dict[str, object] = {}
-        for field_name, key in (("period", "period"), ("duration_to_retain", "durationToRetain"),
-                                ("buffer_period", "bufferPeriod")):
-            text = properties.get(prefix + key)
+        orphans = "sluice.coordinator.kill.orphanFiles."
+        for field_name, key in (("period", prefix + "period"), ("duration_to_retain", prefix + "durationToRetain"),
+                                ("buffer_period", prefix + "bufferPeriod"),
+                                ("orphan_files_retain", orphans + "durationToRetain")):
+            text = properties.get(key)
             if text is not None:
                 try:
                     values[field_name] = parse_duration(text.strip())
                 except ValueError as error:
-                    raise ValueError(f"{prefix}{key}: {error}") from None
-        on = properties.get(prefix + "on", "false").strip().lower()
-        if on not in ("true", "false"):
-            raise ValueError(f"{prefix}on: [{on}] is not true or false")
+                    raise ValueError(f"{key}: {error}") from None
+        for field_name, key in (("on", prefix + "on"), ("pending_segments_on", prefix + "pendingSegments.on"),
+                                ("orphan_files_on", orphans + "on")):
+            text = properties.get(key)
+            if text is not None:
+                if text.strip().lower() not in ("true", "false"):
+                    raise ValueError(f"{key}: [{text.strip()}] is not true or false")
+                values[field_name] = text.strip().lower() == "true"
         max_segments = properties.get(prefix + "maxSegments", str(defaults.max_segments)).strip()
         if not max_segments.isdigit() or int(max_segments) < 1:
             raise ValueError(f"{prefix}maxSegments: [{max_segments}] is not a positive number")
-        config = cls(on=on == "true", max_segments=int(max_segments), **values)  # type: ignore[arg-type]
+        config = cls(max_segments=int(max_segments), **values)  # type: ignore[arg-type]
         if config.period <= timedelta(0):
             raise ValueError(f"{prefix}period: must be longer than nothing")
         return config
@@ -144,3 +158,48 @@ class KillUnusedSegments:
             submitted.append(task_id)
             log.info("kill duty: task %s kills the unused segments of %s in %s", task_id, data_source, interval)
         return submitted
+
+
+class CleanUp:
+    def __init__(self, metadata: MetadataStore, deep_storage: DeepStorage, config: KillConfig,
+                 clock: Clock = time.time) -> None:
+        self._metadata = metadata
+        self._deep_storage = deep_storage
+        self._config = config
+        self._clock = clock
+
+    def run_once(self) -> tuple[int, int]:
+        """The pending segments and the files deleted."""
+        now = datetime.fromtimestamp(self._clock(), UTC)
+        return (self._kill_stale_pending_segments(now) if self._config.pending_segments_on else 0,
+                self._kill_orphan_files(now) if self._config.orphan_files_on else 0)
+
+    def _kill_stale_pending_segments(self, now: datetime) -> int:
+        """A pending segment a running task may still publish is kept: those allocated after a day before the data
+        source's oldest active task started (Druid keeps the same day)."""
+        deleted = 0
+        for data_source in self._metadata.pending_segment_data_sources():
+            started = [parse_timestamp(t.created_date) for t in self._metadata.list_tasks(True, data_source)]
+            deleted += self._metadata.delete_pending_segments_created_before(
+                data_source, min([*started, now]) - timedelta(days=1))
+        if deleted:
+            log.info("clean-up: deleted %d stale pending segments", deleted)
+        return deleted
+
+    def _kill_orphan_files(self, now: datetime) -> int:
+        """Files no segment row names, written before the retention: the segment rows are read first, so a file
+        pushed and committed meanwhile is young, and kept."""
+        named = set()
+        for load_spec in self._metadata.segment_load_specs():
+            try:
+                named.add(self._deep_storage.location(load_spec))
+            except ValueError:  # another storage's segment: not this one's to judge
+                continue
+        deleted = 0
+        for load_spec, written in list(self._deep_storage.files()):
+            if written <= now - self._config.orphan_files_retain and self._deep_storage.location(load_spec) not in named:
+                self._deep_storage.delete(load_spec)
+                deleted += 1
+        if deleted:
+            log.info("clean-up: deleted %d files in deep storage that no segment names", deleted)
+        return deleted

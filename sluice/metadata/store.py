@@ -604,6 +604,23 @@ class MetadataStore:
                                                             table.c.id.in_(chunk), table.c.used.is_(False))).rowcount
         return deleted
 
+    def segment_load_specs(self) -> list[dict[str, Any]]:
+        """The loadSpec of every segment, used or not: the files deep storage must keep."""
+        with self._reader.connect() as conn:
+            return [_load(payload).get("loadSpec") or {} for payload in conn.scalars(select(tables.segments.c.payload))]
+
+    def delete_pending_segments_created_before(self, data_source: str, before: datetime) -> int:
+        """Pending segments of the data source allocated before `before` (Druid's KillStalePendingSegments)."""
+        pending = tables.pending_segments
+        with self._engine.begin() as conn:
+            return conn.execute(delete(pending).where(
+                pending.c.dataSource == data_source, pending.c.created_date < format_timestamp(before))).rowcount
+
+    def pending_segment_data_sources(self) -> list[str]:
+        pending = tables.pending_segments
+        with self._reader.connect() as conn:
+            return list(conn.scalars(select(pending.c.dataSource).distinct().order_by(pending.c.dataSource)))
+
     def delete_pending_segments(self, data_source: str, interval: Interval) -> int:
         """Delete the pending segments (ids allocated and never published) wholly inside `interval`. Only call
         it under an exclusive lock of the interval: then no task that allocated them can still publish them."""

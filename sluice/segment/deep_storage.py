@@ -22,7 +22,8 @@ import threading
 import uuid
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import urlsplit
@@ -118,6 +119,12 @@ class DeepStorage(ABC):
         """Where the loadSpec's file is in this storage; ValueError for a loadSpec of another storage or outside."""
 
     @abstractmethod
+    def files(self) -> Iterator[tuple[dict[str, Any], datetime]]:
+        """Every segment file in this storage (and the temporary files of pushes that died), as a loadSpec, with
+        when it was last written: to find the files no segment names (a losing replica's push, a push whose task
+        died before it committed). Nothing else kept in the storage (stream jobs' checkpoints) is listed."""
+
+    @abstractmethod
     def delete(self, load_spec: Mapping[str, Any]) -> None:
         """Delete a segment file; deleting a missing file is not an error (kills are retried)."""
 
@@ -148,6 +155,11 @@ class LocalDeepStorage(DeepStorage):
         if not path.is_relative_to(self.root):
             raise ValueError(f"loadSpec path {load_spec['path']} is outside deep storage {self.root}")
         return path
+
+    def files(self) -> Iterator[tuple[dict[str, Any], datetime]]:
+        for path in self.root.rglob("*"):
+            if _is_segment_file(path.name) and path.is_file():
+                yield {"type": "local", "path": str(path)}, datetime.fromtimestamp(path.stat().st_mtime, UTC)
 
     def local_path(self, load_spec: Mapping[str, Any]) -> str:
         return str(self.location(load_spec))
@@ -220,6 +232,13 @@ class S3DeepStorage(DeepStorage):
             self._fs.delete_file(f"{bucket}/{key}")
         except FileNotFoundError:
             pass
+
+    def files(self) -> Iterator[tuple[dict[str, Any], datetime]]:
+        base = "/".join(filter(None, [self.bucket, self.prefix]))
+        for info in self._fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True)):
+            if info.type == pafs.FileType.File and _is_segment_file(info.base_name):
+                key = info.path.removeprefix(f"{self.bucket}/")
+                yield {"type": "s3", "bucket": self.bucket, "key": key}, info.mtime.astimezone(UTC)
 
     def location(self, load_spec: Mapping[str, Any]) -> tuple[str, str]:
         """(bucket, key) of an S3 loadSpec, which must be under this storage's bucket and prefix."""
@@ -318,6 +337,11 @@ def _remove_with_empty_folders(path: Path, root: Path) -> None:
             folder.rmdir()
         except OSError:  # not empty (other partitions or versions) or already gone
             break
+
+
+def _is_segment_file(name: str) -> bool:
+    """A segment file, or what `_write_atomically` left of one when the process died while writing it."""
+    return name == SEGMENT_FILE_NAME or (name.startswith(f".{SEGMENT_FILE_NAME}.") and name.endswith(".tmp"))
 
 
 def _write_atomically(source: BinaryIO | pa.NativeFile, target: Path) -> None:

@@ -21,7 +21,7 @@ from sluice.broker import system_tables as sys_tables
 from sluice.broker.broker import Broker
 from sluice.broker.engine import SqlEngine
 from sluice.broker.scheduler import QueryLimits, QueryScheduler
-from sluice.coordinator.duties import KillConfig, KillUnusedSegments, PeriodicDuty, RetentionDuty
+from sluice.coordinator.duties import CleanUp, KillConfig, KillUnusedSegments, PeriodicDuty, RetentionDuty
 from sluice.broker.limits import DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RESULT_ROWS
 from sluice.broker.loaded import LoadedDataSources
 from sluice.broker.overlord_client import OverlordClient
@@ -258,6 +258,9 @@ class Node:
         self.duties = [PeriodicDuty("retention", self.config.coordinator_period_s,
                                     RetentionDuty(self.metadata).run_once)]
         kill = self.config.kill
+        if kill.pending_segments_on or kill.orphan_files_on:
+            self.duties.append(PeriodicDuty("clean-up", kill.period.total_seconds(),
+                                            CleanUp(self.metadata, self.deep_storage, kill).run_once))
         if kill.on:
             killing = KillUnusedSegments(self.metadata, self.task_queue.add, self.task_queue.active, kill)
             self.duties.append(PeriodicDuty("kill", kill.period.total_seconds(), killing.run_once))
