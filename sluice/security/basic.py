@@ -69,16 +69,11 @@ class BasicSecurityDb:
         return entry
 
     def create_user(self, authenticator: str, user: str) -> None:
-        def change(users: Document) -> Document:
-            if user in users:
-                raise SecurityDbError(f"User [{user}] already exists.")
-            return {**users, user: {"name": user, "credentials": None}}
-
-        self._update_users(self.authenticator(authenticator).name, change)
+        self._update_users(self.authenticator(authenticator).name,
+                           _adding(user, "User", {"name": user, "credentials": None}))
 
     def delete_user(self, authenticator: str, user: str) -> None:
-        self._update_users(self.authenticator(authenticator).name,
-                           lambda users: {k: v for k, v in _existing(users, user, "User").items() if k != user})
+        self._update_users(self.authenticator(authenticator).name, _removing(user, "User"))
 
     def set_password(self, authenticator: str, user: str, password: str) -> None:
         iterations = self.authenticator(authenticator).credential_iterations
@@ -126,16 +121,10 @@ class BasicSecurityDb:
         return {"name": user, "roles": [self.role(authorizer, role, simplify=simplify) for role in sorted(entry["roles"])]}
 
     def create_authz_user(self, authorizer: str, user: str) -> None:
-        def change(users: Document) -> Document:
-            if user in users:
-                raise SecurityDbError(f"User [{user}] already exists.")
-            return {**users, user: {"name": user, "roles": []}}
-
-        self._update_authz_users(self.authorizer(authorizer).name, change)
+        self._update_authz_users(self.authorizer(authorizer).name, _adding(user, "User", {"name": user, "roles": []}))
 
     def delete_authz_user(self, authorizer: str, user: str) -> None:
-        self._update_authz_users(self.authorizer(authorizer).name,
-                                 lambda users: {k: v for k, v in _existing(users, user, "User").items() if k != user})
+        self._update_authz_users(self.authorizer(authorizer).name, _removing(user, "User"))
 
     def roles(self, authorizer: str) -> list[str]:
         return sorted(self._roles(self.authorizer(authorizer).name))
@@ -156,16 +145,12 @@ class BasicSecurityDb:
         return document
 
     def create_role(self, authorizer: str, role: str) -> None:
-        def change(roles: Document) -> Document:
-            if role in roles:
-                raise SecurityDbError(f"Role [{role}] already exists.")
-            return {**roles, role: {"name": role, "permissions": []}}
-
-        self._update_roles(self.authorizer(authorizer).name, change)
+        self._update_roles(self.authorizer(authorizer).name,
+                           _adding(role, "Role", {"name": role, "permissions": []}))
 
     def delete_role(self, authorizer: str, role: str) -> None:
         name = self.authorizer(authorizer).name
-        self._update_roles(name, lambda roles: {k: v for k, v in _existing(roles, role, "Role").items() if k != role})
+        self._update_roles(name, _removing(role, "Role"))
         self._update_authz_users(name, lambda users: {
             u: {**e, "roles": [r for r in e["roles"] if r != role]} for u, e in users.items()})
 
@@ -211,6 +196,19 @@ class BasicSecurityDb:
 
     def _update_roles(self, authorizer: str, change: Callable[[Document], Document]) -> None:
         self._metadata.update_config(f"basic.authorization.{authorizer}.roles", lambda old: change(old or {}))
+
+
+def _adding(name: str, kind: str, entry: Document) -> Callable[[Document], Document]:
+    def change(entries: Document) -> Document:
+        if name in entries:
+            raise SecurityDbError(f"{kind} [{name}] already exists.")
+        return {**entries, name: entry}
+
+    return change
+
+
+def _removing(name: str, kind: str) -> Callable[[Document], Document]:
+    return lambda entries: {k: v for k, v in _existing(entries, name, kind).items() if k != name}
 
 
 def _existing(entries: Document, name: str, kind: str) -> Document:
