@@ -7,6 +7,7 @@ escalator's druid_system user. Expected answers are counted from the rows the te
 from __future__ import annotations
 
 import base64
+import json
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
@@ -302,3 +303,56 @@ def test_internal_calls_go_as_the_escalator_between_processes(tmp_path: Path) ->
     finally:
         worker.stop()
         overlord.stop()
+
+
+MATRIX_USERS = {"admin": "admin-pw", "m_reader": "pw", "m_writer": "pw", "m_watcher": "pw", "m_nobody": "pw",
+                "stranger": None}
+
+
+@pytest.fixture(scope="module")
+def matrix_users(secure: Node) -> dict[str, str | None]:
+    with client(secure, "admin", "admin-pw") as admin:
+        create_user(admin, "m_reader", "pw", [permission("matrix_ds", "READ")])
+        create_user(admin, "m_writer", "pw", [permission("matrix_ds", "WRITE")])
+        create_user(admin, "m_watcher", "pw", [permission("STATE", "READ", "STATE")])
+        create_user(admin, "m_nobody", "pw", None)
+    return MATRIX_USERS
+
+
+OK = "ok"  # neither 401 nor 403: what the endpoint answers past the checks (200, 204, 400 or 404 here)
+#: (method, path, body) → (admin, reader, writer, watcher, nobody, stranger)
+MATRIX: list[tuple[str, str, Any, tuple[Any, ...]]] = [
+    ("GET", "/status/health", None, (OK, OK, OK, OK, OK, OK)),
+    ("GET", f"{TASKS}/isLeader", None, (OK, OK, OK, OK, OK, OK)),
+    ("GET", "/status", None, (OK, 403, 403, OK, 403, 401)),
+    ("GET", "/metrics", None, (OK, 403, 403, OK, 403, 401)),
+    ("GET", f"{TASKS}/leader", None, (OK, 403, 403, OK, 403, 401)),
+    ("POST", "/druid/v2/sql", {"query": "SELECT 1 AS x"}, (OK, OK, OK, OK, OK, 401)),
+    ("POST", "/druid/v2/sql", {"query": "SELECT * FROM sys.servers"}, (OK, 403, 403, OK, 403, 401)),
+    ("GET", "/druid/coordinator/v1/datasources/matrix_ds", None, (OK, OK, 403, 403, 403, 401)),
+    ("DELETE", "/druid/coordinator/v1/datasources/matrix_ds", None, (OK, 403, OK, 403, 403, 401)),
+    ("GET", "/druid/coordinator/v1/rules/matrix_ds", None, (OK, OK, 403, 403, 403, 401)),
+    ("POST", "/druid/coordinator/v1/rules/matrix_ds", [{"type": "loadForever"}], (OK, 403, OK, 403, 403, 401)),
+    ("GET", "/druid/coordinator/v1/rules", None, (OK, 403, 403, OK, 403, 401)),
+    ("GET", f"{TASKS}/supervisor/matrix_ds/status", None, (OK, OK, 403, 403, 403, 401)),
+    ("POST", f"{TASKS}/supervisor/matrix_ds/suspend", None, (OK, 403, OK, 403, 403, 401)),
+    ("POST", f"{TASKS}/datasources/matrix_ds/shutdownAllTasks", None, (OK, 403, OK, 403, 403, 401)),
+    ("POST", f"{TASKS}/task", {"type": "noop", "id": "matrix_noop_{user}", "dataSource": "matrix_ds", "runTime": 1},
+     (OK, 403, OK, 403, 403, 401)),
+    ("POST", f"{TASKS}/action", {"task": "none", "action": {"type": "lockList"}}, (OK, 403, 403, 403, 403, 401)),
+    ("GET", f"{AUTHN}/users", None, (OK, 403, 403, 403, 403, 401)),
+    ("POST", f"{AUTHZ}/roles/matrix_role", None, (OK, 403, 403, 403, 403, 401)),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "expected"), MATRIX, ids=[f"{m} {p}" for m, p, _, _ in MATRIX])
+def test_who_gets_what_on_which_endpoint(secure: Node, matrix_users: dict[str, str | None], method: str, path: str,
+                                         body: Any, expected: tuple[Any, ...]) -> None:
+    for (user, password), wanted in zip(matrix_users.items(), expected):
+        with client(secure, user if password else None, password) as http:
+            sent = json.loads(json.dumps(body).replace("{user}", user)) if body is not None else None
+            status = http.request(method, path, json=sent).status_code
+            if wanted == OK:
+                assert status not in (401, 403), (user, method, path, status)
+            else:
+                assert status == wanted, (user, method, path, status)
