@@ -40,14 +40,29 @@ def main(argv: list[str] | None = None) -> None:
         for port in (config.port, *([config.tls.port] if config.tls else [])):
             if not _port_free(config.host, port):  # say so now, not after Spark has started
                 parser.error(f"port {port} on {config.host} is in use (another Sluice?); choose one with --port")
+        from sluice.metadata.schema import SchemaError
+
         node = Node(config)
-        node.start()
+        try:
+            node.start()
+        except SchemaError as error:  # a store of a newer Sluice: said, not a traceback
+            parser.error(str(error))
         print(f"Sluice {args.role.value} serves on http://{args.host}:{args.port} (Ctrl-C to stop)")
         node.lifecycle.join()
     elif args.command == "ingest":
         from sluice.ingest_cli import ingest
 
         sys.exit(ingest(args.spec, args.url, timeout_s=args.timeout))
+    elif args.command == "migrate":
+        from sluice.metadata.schema import SchemaError, migrate
+        from sluice.metadata.store import MetadataStore
+
+        store = MetadataStore(args.metadata_uri or f"sqlite:///{(args.work_dir / 'metadata.db').resolve()}")
+        try:
+            before, now = migrate(store.engine)
+        except SchemaError as error:
+            parser.error(str(error))
+        print(f"metadata store schema: {now}" + (f" (was {before or 'empty'})" if before != now else " (up to date)"))
     elif args.command == "dev":
         from sluice.dev import produce, tansu
 
@@ -214,6 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
     stream_run.add_argument("--duration", type=float, help="stop after this many seconds")
     stream_run.add_argument("--spark-master", default="local[*,4]")
 
+    migrate = commands.add_parser("migrate", parents=[common],
+                                  help="bring a metadata store's schema up to this Sluice's (nodes also do it as "
+                                       "they start)")
+    migrate.add_argument("--metadata-uri", help="sqlite:///… or postgresql+psycopg://… (default: the one of "
+                                                "--work-dir)")
+    migrate.add_argument("--work-dir", type=Path, default=Path("var"), help="(default: ./var)")
     dev = commands.add_parser("dev", parents=[common], help="a Kafka broker and sample data to try Sluice with")
     dev_commands = dev.add_subparsers(dest="dev_command", required=True)
     dev_broker = dev_commands.add_parser("broker", parents=[common],

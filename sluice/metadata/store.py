@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +26,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
 from sluice.metadata import tables
+from sluice.metadata.schema import migrate
 from sluice.metadata.offsets import StreamOffsets
 from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
 from sluice.timestamps import format_timestamp, parse_timestamp
@@ -36,6 +38,7 @@ T = TypeVar("T")
 TOMBSTONE_TYPE = "NoopSupervisorSpec"
 
 # Druid retries a metadata transaction that lost a race (CAS failure, duplicate key) up to 10 times.
+log = logging.getLogger(__name__)
 _MAX_TRIES = 10
 _BACKOFF_SECONDS = 0.005
 _SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
@@ -112,12 +115,19 @@ class MetadataStore:
         self._engine = _create_engine(uri)
         self._reader = self._engine.execution_options(**{_READ_ONLY: True})
 
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
     def close(self) -> None:
         self._engine.dispose()
 
     def create_tables(self) -> None:
-        """Create the tables and indexes that do not exist yet (idempotent)."""
-        tables.metadata.create_all(self._engine)
+        """Bring the schema up to this Sluice's: create a new store's tables, upgrade an older store's (idempotent;
+        SchemaError for a store of a newer Sluice)."""
+        before, now = migrate(self._engine)
+        if before != now:
+            log.info("metadata store %s: schema %s -> %s", self._engine.url.render_as_string(), before or "none", now)
 
     # -- stream offsets (druid_dataSource) ---------------------------------------------------
 
