@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(str(error))
         print(f"Sluice {args.role.value} serves on http://{args.host}:{args.port} (Ctrl-C to stop)")
         node.lifecycle.join()
+        if node.deposed:  # another overlord leads now: a service manager restarts this one as a standby
+            sys.exit(75)
     elif args.command == "ingest":
         from sluice.ingest_cli import ingest
 
@@ -117,8 +119,19 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
         raise ValueError(f"druid.coordinator.period: {error}") from None
     if coordinator_period <= 0:
         raise ValueError("druid.coordinator.period: must be longer than nothing, e.g. PT60S")
+    leader: dict[str, float] = {}
+    for key, field_name in (("sluice.leader.leaseDuration", "leader_lease_s"),
+                            ("sluice.leader.renewPeriod", "leader_renew_s")):
+        if key in properties:
+            try:
+                leader[field_name] = parse_duration(properties[key].strip()).total_seconds()
+            except ValueError as error:
+                raise ValueError(f"{key}: {error}") from None
+    if leader.get("leader_renew_s", 3.0) * 2 > leader.get("leader_lease_s", 15.0):
+        raise ValueError("sluice.leader.renewPeriod: must be at most half of sluice.leader.leaseDuration, so that a "
+                         "leader renews before its lease runs out")
     return NodeConfig(auth=AuthConfig.from_properties(properties), tls=TlsConfig.from_properties(properties),
-                      coordinator_period_s=coordinator_period, kill=KillConfig.from_properties(properties),
+                      coordinator_period_s=coordinator_period, kill=KillConfig.from_properties(properties), **leader,
                       query_limits=QueryLimits.from_properties(properties), max_request_bytes=int(max_request_bytes),
                       host=args.host, port=args.port, work_dir=args.work_dir, metadata_uri=args.metadata_uri,
                       deep_storage=args.deep_storage, spark_master=args.spark_master, role=args.role,

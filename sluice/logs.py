@@ -39,7 +39,9 @@ class RepeatFilter(logging.Filter):
 
 
 def configure(level: str) -> None:
-    """The log format of every `sluice` command, with repeats collapsed."""
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(RepeatFilter())
+    """The log format of every `sluice` command, with repeats collapsed (nothing changes where logging is set up
+    already, as under pytest)."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RepeatFilter())
+    logging.basicConfig(level=level.upper(), handlers=[handler])

@@ -25,7 +25,7 @@ class OverlordClient:
                  auth: tuple[str, str] | None = None) -> None:
         """`overlords` lists the base URLs of the live overlords; `auth`, the escalator's credentials."""
         self._overlords = overlords
-        self._http = httpx.Client(timeout=timeout_s, auth=auth)
+        self._http = httpx.Client(timeout=timeout_s, auth=auth, follow_redirects=True)  # a standby sends to the leader
 
     def supervisor_statuses(self) -> list[dict[str, Any]] | None:
         """SupervisorStatus JSON of every supervisor."""

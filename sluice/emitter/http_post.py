@@ -8,6 +8,7 @@ from collections import deque
 from typing import Any
 
 import httpx
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from sluice.emitter.core import Emitter, event_json
 from sluice.emitter.events import Event
@@ -129,20 +130,29 @@ class HttpPostEmitter(Emitter):
 
     def _send(self, client: httpx.Client, batch: list[str]) -> bool:
         body = ("[" + ",".join(batch) + "]").encode()
-        for attempt in range(1, self._max_send_attempts + 1):
+
+        def post() -> None:
             try:
                 response = client.post(self.url, content=body, headers={"Content-Type": "application/json"})
-                if response.is_success:
-                    return True
-                problem = f"HTTP {response.status_code}"
             except httpx.HTTPError as error:
-                problem = f"{type(error).__name__}: {error}"
-            last = attempt == self._max_send_attempts
-            self._warn(f"POST {self.url} failed ({problem}), attempt {attempt} of {self._max_send_attempts}"
+                raise _NotSent(f"{type(error).__name__}: {error}") from None
+            if not response.is_success:
+                raise _NotSent(f"HTTP {response.status_code}")
+
+        def failed(state: RetryCallState) -> None:
+            last = state.attempt_number == self._max_send_attempts
+            self._warn(f"POST {self.url} failed ({state.outcome.exception() if state.outcome else ''}), attempt "
+                       f"{state.attempt_number} of {self._max_send_attempts}"
                        + (f"; giving up on {len(batch)} events" if last else ""))
-            if not last and self._stop.wait(self._retry_backoff * 2 ** (attempt - 1)):
-                break  # closing: do not hold shutdown up with backoff
-        return False
+
+        try:  # closing stops the retries: shutdown is not held up with backoff
+            Retrying(retry=retry_if_exception_type(_NotSent),
+                     stop=stop_after_attempt(self._max_send_attempts) | (lambda _state: self._stop.is_set()),
+                     wait=wait_exponential(multiplier=self._retry_backoff), sleep=self._stop.wait, after=failed,
+                     reraise=True)(post)
+        except _NotSent:
+            return False
+        return True
 
     def _drop_pending(self) -> None:
         with self._cond:
@@ -153,3 +163,7 @@ class HttpPostEmitter(Emitter):
         if left:
             self._count("dropped", left)
             self._warn(f"closed with {left} events unsent; dropped them")
+
+
+class _NotSent(Exception):
+    """A batch the endpoint did not take this time."""

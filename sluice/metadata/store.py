@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine, create_engine, delete, event, func, insert, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from sluice.metadata import tables
 from sluice.metadata.schema import migrate
@@ -99,6 +99,20 @@ class EntryExistsError(Exception):
     """An entry with this id already exists (Druid's EntryExistsException)."""
 
 
+class NotLeader(Exception):
+    """A write of a leader whose lease another node holds now: refused (fencing), so that a leader paused past its
+    lease cannot commit after its successor started."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A role's leader lease (sluice_leader_leases)."""
+
+    leader: str  # the leader's base URL
+    epoch: int  # rises with every new term
+    expires: int  # epoch millis
+
+
 class _TryAgain(Exception):
     """The transaction lost a race and must be retried from the start."""
 
@@ -114,6 +128,8 @@ class MetadataStore:
         self.uri = uri
         self._engine = _create_engine(uri)
         self._reader = self._engine.execution_options(**{_READ_ONLY: True})
+        #: (role, leader, epoch) of this process's leadership: its compare-and-swap writes need the lease still held
+        self._fence: tuple[str, str, int] | None = None
 
     @property
     def engine(self) -> Engine:
@@ -640,25 +656,70 @@ class MetadataStore:
                 pending.c.dataSource == data_source, pending.c.start >= format_timestamp(interval.start),
                 pending.c.end <= format_timestamp(interval.end))).rowcount
 
+    # -- leadership (sluice_leader_leases) ----------------------------------------------------
+
+    def lease(self, role: str) -> Lease | None:
+        table = tables.leader_leases
+        with self._reader.connect() as conn:
+            row = conn.execute(select(table).where(table.c.role == role)).first()
+        return None if row is None else Lease(row.leader, row.epoch, row.expires)
+
+    def claim_lease(self, role: str, decide: Callable[[Lease | None], Lease | None]) -> Lease | None:
+        """Write `decide(current lease)` (None: write nothing) as one compare-and-swap; the lease in force after.
+        Not fenced: this is how a lease is won and kept."""
+        table = tables.leader_leases
+
+        def work(conn: Connection) -> Lease | None:
+            row = conn.execute(select(table).where(table.c.role == role).with_for_update()).first()
+            current = None if row is None else Lease(row.leader, row.epoch, row.expires)
+            new = decide(current)
+            if new is None:
+                return current
+            values = {"leader": new.leader, "epoch": new.epoch, "expires": new.expires}
+            if current is None:
+                conn.execute(insert(table).values(role=role, **values))
+            elif conn.execute(update(table).where(table.c.role == role, table.c.epoch == current.epoch,
+                                                  table.c.leader == current.leader).values(**values)).rowcount != 1:
+                raise _TryAgain()
+            return new
+
+        return self._transaction(work, fenced=False)
+
+    def fence(self, role: str, leader: str, epoch: int) -> None:
+        """From now on, this store's compare-and-swap writes (publishes, allocations, offsets, config) happen only
+        while `leader` still holds the role's lease at `epoch`; NotLeader otherwise."""
+        self._fence = (role, leader, epoch)
+
+    def _check_fence(self, conn: Connection) -> None:
+        if self._fence is None:
+            return
+        role, leader, epoch = self._fence
+        table = tables.leader_leases
+        # FOR SHARE: a successor's claim of the lease waits until this write has committed, or it commits first and
+        # this write finds the lease taken; either way no write of the old term lands after the new term began
+        row = conn.execute(select(table.c.leader, table.c.epoch).where(table.c.role == role)
+                           .with_for_update(read=True)).first()
+        if row is None or (row.leader, row.epoch) != (leader, epoch):
+            holder = "nobody" if row is None else f"{row.leader} (epoch {row.epoch})"
+            raise NotLeader(f"{leader} is no longer the {role} leader (epoch {epoch}): {holder} holds the lease")
+
     # -- plumbing ----------------------------------------------------------------------------
 
-    def _transaction(self, work: Callable[[Connection], T]) -> T:
+    def _transaction(self, work: Callable[[Connection], T], fenced: bool = True) -> T:
         """Run ``work`` in one write transaction, retried whole when it lost a race.
 
         A race shows up as `_TryAgain` (a compare-and-swap that updated no row) or as a duplicate
         key (two writers inserting the same offsets row or segment id on PostgreSQL). Each retry
         starts a fresh transaction that re-reads everything, so nothing of a lost attempt survives.
         """
-        attempt = 1
-        while True:
-            try:
-                with self._engine.begin() as conn:
-                    return work(conn)
-            except (_TryAgain, IntegrityError):
-                if attempt >= _MAX_TRIES:
-                    raise
-                time.sleep(random.uniform(0, _BACKOFF_SECONDS * 2**attempt))
-                attempt += 1
+        def attempt() -> T:
+            with self._engine.begin() as conn:
+                if fenced:
+                    self._check_fence(conn)
+                return work(conn)
+
+        return Retrying(retry=retry_if_exception_type((_TryAgain, IntegrityError)), stop=stop_after_attempt(_MAX_TRIES),
+                        wait=wait_random_exponential(multiplier=_BACKOFF_SECONDS, max=1.0), reraise=True)(attempt)
 
 
 def _compare_and_swap_offsets(conn: Connection, data_source: str, start: StreamOffsets, end: StreamOffsets) -> None:

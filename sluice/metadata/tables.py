@@ -158,3 +158,15 @@ audit = Table(
     _varchar("ip"),
     Index("idx_druid_audit_key_time", "audit_key", "created_date"),
 )
+
+leader_leases = Table(
+    # Not a Druid table: Druid elects its leaders in ZooKeeper (or Kubernetes leases). A role's leader holds the row
+    # and renews it; a standby takes it once it has expired, with the next epoch. Writes made under an older epoch are
+    # refused (fencing), so a leader that was paused past its lease cannot commit after its successor started.
+    "sluice_leader_leases",
+    metadata,
+    _varchar("role", primary_key=True),
+    _varchar("leader", nullable=False),  # the leader's base URL
+    Column("epoch", BigInteger, nullable=False),
+    Column("expires", BigInteger, nullable=False),  # epoch millis, on the leader's clock
+)

@@ -9,11 +9,11 @@ kills that replica instead of assuming it will publish.
 from __future__ import annotations
 
 import logging
-import time
 from datetime import datetime
 from typing import Any
 
 import httpx
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from sluice.realtime import CHAT_PREFIX
 from sluice.task.kafka_index_task import KafkaIndexTaskSpec, TaskState
@@ -36,18 +36,13 @@ class HttpTaskClient:
 
     def _call(self, method: str, path: str, timeout: float | None = None, **kwargs: Any) -> httpx.Response | None:
         """The response (any status), or None when the task could not be reached after the retries."""
-        delay = 0.2
-        for attempt in range(self._retries + 1):
-            try:
-                return httpx.request(method, self._base + path, timeout=timeout or self._timeout, auth=self._auth,
-                                     **kwargs)
-            except httpx.TransportError as error:
-                if attempt == self._retries:
-                    log.warning("task %s unreachable: %s %s: %s", self.spec.id, method, path, error)
-                    return None
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
-        return None
+        try:
+            return Retrying(retry=retry_if_exception_type(httpx.TransportError), stop=stop_after_attempt(self._retries + 1),
+                            wait=wait_exponential(multiplier=0.2, max=2.0), reraise=True)(
+                httpx.request, method, self._base + path, timeout=timeout or self._timeout, auth=self._auth, **kwargs)
+        except httpx.TransportError as error:
+            log.warning("task %s unreachable: %s %s: %s", self.spec.id, method, path, error)
+            return None
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self._call(method, path, **kwargs)

@@ -55,10 +55,12 @@ def supervisor_router(supervisors: SupervisorManager) -> APIRouter:
         supervisor = supervisors.get(spec_id)
         return (supervisor.spec.data_sources if supervisor else None) or [spec_id]
 
+    def may(access: Access, action: Action, spec_id: str) -> bool:
+        return all(access.allows(Resource.datasource(d), action) for d in data_sources_of(spec_id))
+
     def allowed(access: Access, action: Action) -> list[str]:
         """The supervisors the caller may act on, as Druid filters its lists and bulk actions."""
-        return [spec_id for spec_id in supervisors.ids()
-                if all(access.allows(Resource.datasource(d), action) for d in data_sources_of(spec_id))]
+        return [spec_id for spec_id in supervisors.ids() if may(access, action, spec_id)]
 
     @router.post("")
     async def submit(request: Request, access: AccessDep,
@@ -87,7 +89,7 @@ def supervisor_router(supervisors: SupervisorManager) -> APIRouter:
     @router.get("/history")
     def all_history(access: AccessDep) -> Any:
         return {spec_id: versions for spec_id, versions in supervisors.history().items()
-                if all(access.allows(Resource.datasource(d), Action.READ) for d in data_sources_of(spec_id))}
+                if may(access, Action.READ, spec_id)}
 
     @router.post("/suspendAll")
     def suspend_all(access: AccessDep) -> Any:

@@ -1,4 +1,4 @@
-"""Druid's task API (/druid/indexer/v1/task…, /tasks, /workers, /leader): served by the overlord."""
+"""Druid's task API (/druid/indexer/v1/task…, /tasks, /workers): served by the overlord's leader."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ _NO_LOCATION = {"host": None, "port": -1, "tlsPort": -1}
 
 
 def task_router(metadata: MetadataStore, queue: TaskQueue, supervisors: SupervisorManager,
-                leader: str, workers: Callable[[], list[dict[str, Any]]]) -> APIRouter:
+                workers: Callable[[], list[dict[str, Any]]]) -> APIRouter:
     router = APIRouter(prefix="/druid/indexer/v1")
     runner = queue.runner
 
@@ -145,14 +145,6 @@ def task_router(metadata: MetadataStore, queue: TaskQueue, supervisors: Supervis
     @router.get("/workers", dependencies=[state_guard()])
     def list_workers() -> list[dict[str, Any]]:
         return workers()
-
-    @router.get("/leader", dependencies=[state_guard()])
-    def get_leader() -> Response:
-        return Response(leader, media_type="text/plain")
-
-    @router.get("/isLeader")
-    def is_leader() -> dict[str, bool]:
-        return {"leader": True}
 
     return router
 

@@ -71,10 +71,6 @@ class Access:
         self._security = security
         self._who = who
 
-    @property
-    def identity(self) -> str | None:
-        return None if self._who is None else self._who.identity
-
     def allows(self, resource: Resource, action: Action) -> bool:
         if self._security is None or self._security.config.open:
             return True
@@ -91,18 +87,15 @@ class Access:
         return readable(self, data_sources)
 
 
-def access_of(request: Request) -> Access:
-    return Access(getattr(request.app.state, "security", None), getattr(request.state, "auth", None))
-
-
 def serve_security(app: FastAPI, security: Security) -> None:
     """What the checks of `app`'s routes consult."""
     app.state.security = security
 
 
 def request_access(request: Request) -> Access:
-    """For a handler that checks for itself what its request body names."""
-    return access_of(request)
+    """What the request's identity may do; as a dependency, for a handler that checks for itself what its request
+    body names."""
+    return Access(getattr(request.app.state, "security", None), getattr(request.state, "auth", None))
 
 
 request_access.guards = True  # type: ignore[attr-defined]
@@ -116,7 +109,7 @@ def method_action(request: Request) -> Action:
 
 def _guard(check: Callable[[Access, Request], None]) -> Any:
     def dependency(request: Request) -> None:
-        check(access_of(request), request)
+        check(request_access(request), request)
 
     dependency.guards = True  # type: ignore[attr-defined]
     return Depends(dependency)
@@ -148,11 +141,12 @@ def task_guard(data_source_of: Callable[[str], str | None], param: str = "task_i
     return _guard(check)
 
 
-def supervisor_guard(data_sources_of: Callable[[str], list[str] | None]) -> Any:
-    """Every data source of the supervisor named in the path; one that does not exist is left to the handler."""
+def supervisor_guard(data_sources_of: Callable[[str], list[str]]) -> Any:
+    """Every data source of the supervisor named in the path (of one that does not exist: those `data_sources_of`
+    names for it)."""
 
     def check(access: Access, request: Request) -> None:
-        access.require_datasources(data_sources_of(request.path_params["spec_id"]) or [], method_action(request))
+        access.require_datasources(data_sources_of(request.path_params["spec_id"]), method_action(request))
 
     return _guard(check)
 

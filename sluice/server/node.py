@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -30,6 +32,7 @@ from sluice.emitter import EmitterConfig, ServiceEmitter, build_emitter
 from sluice.lifecycle import Lifecycle, Stage
 from sluice.metadata.offsets import StreamOffsets
 from sluice.metadata.store import MetadataStore
+from sluice.overlord.leadership import LeaderSelector
 from sluice.overlord.remote_task_runner import HttpRemoteTaskRunner
 from sluice.overlord.supervisor.state_manager import SupervisorStateManagerConfig
 from sluice.overlord.supervisor_manager import SupervisorManager
@@ -53,6 +56,7 @@ from sluice.server.api_security import security_router
 from sluice.server.api_worker import worker_router
 from sluice.server.auth import install, serve_security, state_guard
 from sluice.server.http_server import HttpServer
+from sluice.server.leadership import LeaderRedirect, leadership_router, refuse_when_deposed
 from sluice.server.json_body import refuse_deep_nesting
 from sluice.server.tls import TlsConfig
 from sluice.server.roles import Role
@@ -115,6 +119,10 @@ class NodeConfig:
     supervisor: SupervisorStateManagerConfig = SupervisorStateManagerConfig()
     #: druid.indexer.queue.maxSize: the most active tasks the overlord's queue holds; more are refused (429)
     queue_max_size: int = MAX_SIZE
+    #: sluice.leader.leaseDuration / renewPeriod: overlords compete for a lease of this length, which the leader
+    #: renews (and a standby looks at) every renewal period; a standby takes over at most a lease after the leader died
+    leader_lease_s: float = 15.0
+    leader_renew_s: float = 3.0
     #: druid.coordinator.period: how often the retention rules are applied
     coordinator_period_s: float = 60.0
     #: druid.coordinator.kill.*: deleting unused segments, off by default
@@ -155,12 +163,23 @@ class Node:
         self.lifecycle.add("metadata store", self._start_metadata, self._stop_metadata, stage=Stage.INIT)
         if role is Role.ALL_IN_ONE:
             self.lifecycle.add("spark and tasks", self._start_thread_runner, self._stop_thread_runner)
-        if role is Role.OVERLORD:
-            self.lifecycle.add("remote task runner", self._start_remote_runner, self._stop_remote_runner)
+        self.deposed = False
         if role in (Role.ALL_IN_ONE, Role.OVERLORD):
-            self.lifecycle.add("task queue", self._start_queue, self._stop_queue)
-            self.lifecycle.add("supervisors", self._start_supervisors, self._stop_supervisors)
-            self.lifecycle.add("coordinator duties", self._start_duties, self._stop_duties)
+            # the leader's services: they start with a node that runs alone, and on election where overlords compete
+            leading = self.lifecycle if role is Role.ALL_IN_ONE else Lifecycle()
+            if role is Role.OVERLORD:
+                leading.add("remote task runner", self._start_remote_runner, self._stop_remote_runner)
+            leading.add("task queue", self._start_queue, self._stop_queue)
+            leading.add("supervisors", self._start_supervisors, self._stop_supervisors)
+            leading.add("coordinator duties", self._start_duties, self._stop_duties)
+            if role is Role.OVERLORD:
+                self._leading = leading
+                self._leading_started = False
+                self._leadership_lock = threading.Lock()
+                self.lifecycle.add("leader election", self._start_election, self._stop_election)
+                self.app.add_middleware(LeaderRedirect, is_leader=self._is_leader, leader=self._leader)
+                refuse_when_deposed(self.app)
+            self.app.include_router(leadership_router(self._is_leader, self._leader))
         if role is Role.WORKER:
             self.lifecycle.add("worker", self._start_worker, self._stop_worker)
         if role in (Role.ALL_IN_ONE, Role.BROKER):
@@ -226,6 +245,53 @@ class Node:
     def _stop_remote_runner(self) -> None:
         self.task_runner.stop()
 
+    # ---- leadership (overlord role) ----
+
+    def _start_election(self) -> None:
+        """Compete for the lease; return once this node leads with its services up, or knows who leads."""
+        self.selector = LeaderSelector(self.metadata, self.config.url, self._become_leader, self._step_down,
+                                       self.config.leader_lease_s, self.config.leader_renew_s)
+        self.selector.start()
+        deadline = time.monotonic() + self.config.leader_lease_s + 2 * self.config.leader_renew_s
+        while time.monotonic() < deadline and not self._leading_started and not (
+                not self.selector.is_leader and self.selector.leader() is not None):
+            time.sleep(0.05)
+
+    def _become_leader(self) -> None:
+        with self._leadership_lock:
+            if not self.selector.is_leader:
+                return
+            try:
+                self._leading.start()
+            except Exception:
+                log.exception("the overlord's services did not start; stepping down")
+                self._step_down()
+                return
+            self._leading_started = True
+
+    def _step_down(self) -> None:
+        """Deposed (another node holds the lease now) or failed to lead: the process stops, to be restarted by its
+        service manager as a standby (`sluice overlord` exits with 75)."""
+        self.deposed = True
+        self.lifecycle.request_stop()
+
+    def _stop_election(self) -> None:
+        with self._leadership_lock:
+            if self._leading_started:
+                self._leading_started = False
+                self._leading.stop()
+        self.selector.stop()
+
+    def _is_leader(self) -> bool:
+        return self.config.role is Role.ALL_IN_ONE or self._leading_started
+
+    def _leader(self) -> str | None:
+        """The leader's URL; None while none is known (or this node is still starting the leader's services)."""
+        if self._is_leader():
+            return self.config.url
+        leader = self.selector.leader()
+        return None if leader == self.config.url else leader
+
     def _start_queue(self) -> None:
         self.task_queue = TaskQueue(self.metadata, self.task_runner, self.emitter, self.config.queue_max_size)
         # tasks restored from storage may act before the supervisors start: a checkpoint finds none until then
@@ -246,7 +312,7 @@ class Node:
         self.supervisors.start()
         workers = self.task_runner.workers if isinstance(self.task_runner, HttpRemoteTaskRunner) else list
         self.app.include_router(supervisor_router(self.supervisors))
-        self.app.include_router(task_router(self.metadata, self.task_queue, self.supervisors, self.config.url, workers))
+        self.app.include_router(task_router(self.metadata, self.task_queue, self.supervisors, workers))
         self.app.include_router(task_action_router(self.task_actions))
         self.app.include_router(coordinator_router(self.metadata, self.task_queue))
         self.app.include_router(sql_task_router(self.task_queue, self.metadata))

@@ -9,11 +9,11 @@ action JSON and read its results, so the task code speaks in segment ids and off
 from __future__ import annotations
 
 import logging
-import time
 from datetime import datetime
 from typing import Any, Callable, Protocol, Sequence
 
 import httpx
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from sluice.metadata.offsets import StreamOffsets
 from sluice.metadata.store import PublishResult
@@ -44,34 +44,44 @@ class RemoteTaskActionClient:
         self._task_id = task_id
         self._overlords = overlords
         self._retry_for = retry_for
-        self._http = httpx.Client(timeout=timeout, auth=auth)
+        self._http = httpx.Client(timeout=timeout, auth=auth, follow_redirects=True)  # a standby sends to the leader
 
     def submit(self, action: dict[str, Any]) -> Any:
-        deadline = time.monotonic() + self._retry_for
+        def not_yet(state: RetryCallState) -> None:
+            log.warning("task %s: task action %s not performed yet (%s); retrying", self._task_id, action.get("type"),
+                        state.outcome.exception() if state.outcome else "")
+
+        try:
+            return Retrying(retry=retry_if_exception_type(_Unanswered), stop=stop_after_delay(self._retry_for),
+                            wait=wait_fixed(1.0), before_sleep=not_yet, reraise=True)(self._ask_each_overlord, action)
+        except _Unanswered as problem:
+            raise TaskFailure(f"task action {action.get('type')} failed: {problem}") from None
+
+    def _ask_each_overlord(self, action: dict[str, Any]) -> Any:
+        """The first answer of a live overlord; _Unanswered when none gave one (down, or failing)."""
         problem = "no overlord announced itself"
-        while True:
-            for base in self._overlords():
-                try:
-                    response = self._http.post(base + ACTION_PATH, json={"task": self._task_id, "action": action})
-                except httpx.HTTPError as error:
-                    problem = f"{base}: {error}"
-                    continue
-                if response.status_code == 200:
-                    answer = response.json()
-                    if answer.get("result") is None and answer.get("reason"):
-                        raise TaskFailure(f"task action {action.get('type')} denied: {answer['reason']}")
-                    return answer["result"]
-                if 400 <= response.status_code < 500:
-                    raise TaskFailure(f"task action {action.get('type')} refused: {_error_text(response)}")
-                problem = f"{base}: HTTP {response.status_code} {_error_text(response)}"
-            if time.monotonic() > deadline:
-                raise TaskFailure(f"task action {action.get('type')} failed: {problem}")
-            log.warning("task %s: task action %s not performed yet (%s); retrying", self._task_id,
-                        action.get("type"), problem)
-            time.sleep(1.0)
+        for base in self._overlords():
+            try:
+                response = self._http.post(base + ACTION_PATH, json={"task": self._task_id, "action": action})
+            except httpx.HTTPError as error:
+                problem = f"{base}: {error}"
+                continue
+            if response.status_code == 200:
+                answer = response.json()
+                if answer.get("result") is None and answer.get("reason"):
+                    raise TaskFailure(f"task action {action.get('type')} denied: {answer['reason']}")
+                return answer["result"]
+            if 400 <= response.status_code < 500:
+                raise TaskFailure(f"task action {action.get('type')} refused: {_error_text(response)}")
+            problem = f"{base}: HTTP {response.status_code} {_error_text(response)}"
+        raise _Unanswered(problem)
 
     def close(self) -> None:
         self._http.close()
+
+
+class _Unanswered(Exception):
+    """No overlord answered a task action this time round."""
 
 
 def _error_text(response: httpx.Response) -> str:

@@ -13,6 +13,8 @@ import shutil
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from tenacity import Retrying, retry_if_exception_type, wait_fixed
+
 from sluice.emitter import metrics
 from sluice.metadata.offsets import StreamOffsets
 from sluice.segment.segment import DataSegment, numbered_shard_spec
@@ -67,7 +69,8 @@ class SequencePublisher:
         """The exactly-once step. A sequence of a later generation (or a later sequence) waits here until the one
         before has committed the offsets it starts from; a replica that lost the race finds its segments there."""
         spec, toolbox = self._task.spec, self._task.toolbox
-        while True:
+
+        def attempt() -> None:
             result = actions.publish_segments(toolbox.actions, spec.data_source, segments, start, end)
             if result.success:
                 return
@@ -77,9 +80,13 @@ class SequencePublisher:
                 return
             if not _earlier_generation_pending(stored, start):
                 raise TaskFailure(result.message or "publish failed")
-            if stopping():
-                raise TaskFailure("task was stopped while waiting to publish; nothing more was committed")
-            self._task.wait(toolbox.poll_interval)
+            raise _EarlierSequencePending()
+
+        try:
+            Retrying(retry=retry_if_exception_type(_EarlierSequencePending), wait=wait_fixed(toolbox.poll_interval),
+                     sleep=self._task.wait, stop=lambda _state: stopping(), reraise=True)(attempt)
+        except _EarlierSequencePending:
+            raise TaskFailure("task was stopped while waiting to publish; nothing more was committed") from None
 
     def _published_by_replica(self, stored: StreamOffsets | None, end: StreamOffsets,
                               segments: list[DataSegment]) -> bool:
@@ -89,6 +96,10 @@ class SequencePublisher:
             return False
         used = {str(s.id) for s in self._task.toolbox.metadata.used_segments(self._task.spec.data_source)}
         return all(str(s.id) in used for s in segments)
+
+
+class _EarlierSequencePending(Exception):
+    """The stored offsets are still behind this sequence's start: the sequence before it has not committed yet."""
 
 
 def append_segments(toolbox: Any, data_source: str, files: Sequence[SegmentFile], granularity: Granularity,

@@ -32,7 +32,8 @@ from sluice.emitter import EmitterConfig
 from sluice.ids import path_under, validate_id
 from sluice.task.task import TaskStatus, task_from_json, write_task_file
 from sluice.security.config import AuthConfig
-from sluice.worker.peon import AUTH_PROPERTIES_ENV, SHUTDOWN_SIGNAL, STATUS_FILE, TASK_FILE, read_report, read_status, try_lock
+from sluice.worker.peon import (AUTH_PROPERTIES_ENV, SHUTDOWN_SIGNAL, STATUS_FILE, TASK_FILE, read_report, read_status,
+                                try_lock)
 
 log = logging.getLogger(__name__)
 

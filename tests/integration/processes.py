@@ -16,13 +16,14 @@ from tests.integration.harness import free_port
 
 
 class SluiceProcess:
-    def __init__(self, role: str, work_dir: Path, metadata_uri: str, *args: str) -> None:
+    def __init__(self, role: str, work_dir: Path, metadata_uri: str, *args: str, name: str | None = None) -> None:
+        """`name`: the node's own folder under `work_dir` (default: the role's), for two nodes of one role."""
         self.role = role
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = work_dir / f"{role}-{self.port}.log"
         self._command = [sys.executable, "-m", "sluice.cli", "--log-level", "INFO", role, "--port", str(self.port),
-                         "--work-dir", str(work_dir / role), "--metadata-uri", metadata_uri,
+                         "--work-dir", str(work_dir / (name or role)), "--metadata-uri", metadata_uri,
                          "--deep-storage", (work_dir / "deep-storage").as_uri(), *args]
         self.process: subprocess.Popen | None = None
 
@@ -42,6 +43,18 @@ class SluiceProcess:
             time.sleep(0.2)
         self.kill()  # not left running behind a failed test
         raise RuntimeError(f"sluice {self.role} did not become healthy in {timeout}s: {self.log_path.read_text()[-3000:]}")
+
+    def leading(self, timeout: float = 60.0) -> SluiceProcess:
+        """Once this overlord leads: a successor of a killed leader takes the lease when it expires."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/druid/indexer/v1/isLeader", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"overlord {self.url} did not become the leader in {timeout}s")
 
     def kill(self) -> None:
         """kill -9: no shutdown hook runs."""

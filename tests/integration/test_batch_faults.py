@@ -39,8 +39,13 @@ def test_kill_9_while_a_batch_task_writes_publishes_nothing_and_a_rerun_is_exact
         node.start(timeout=300)
         with node.client() as http:
             task_id = http.post(f"{TASKS}/task", json=payload).json()["task"]
-            progress = lambda: (http.get(f"{TASKS}/task/{task_id}/reports").json()  # noqa: E731
-                                ["ingestionStatsAndErrors"]["payload"]["progress"]["rowsRead"])
+
+            def progress() -> int:
+                """Rows read so far; 0 until the task runs (its report answers 404 while it waits to start)."""
+                report = http.get(f"{TASKS}/task/{task_id}/reports").json()
+                return report.get("ingestionStatsAndErrors", {}).get("payload", {}).get("progress", {}).get(
+                    "rowsRead", 0)
+
             wait_for(lambda: progress() > 0, 120, "the readers to hand rows to Spark")
         node.kill()  # SIGKILL: the read, the persist or the merge is half done
 

@@ -94,7 +94,8 @@ def test_tables_carry_druids_names_and_creation_is_idempotent(store: MetadataSto
     names = {name.lower() for name in inspect(engine).get_table_names()}
     engine.dispose()
     assert names == {"druid_segments", "druid_pendingsegments", "druid_datasource", "druid_supervisors", "druid_tasks",
-                     "druid_tasklocks", "sluice_announcements"}
+                     "druid_tasklocks", "druid_config", "druid_rules", "druid_audit", "sluice_announcements",
+                     "sluice_leader_leases", "alembic_version"}
 
 
 # -- publish: compare-and-swap of the stream offsets --------------------------------------------

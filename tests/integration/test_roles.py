@@ -122,10 +122,10 @@ def test_bad_task_submissions_are_400s_naming_the_problem(overlord_and_worker) -
 def test_a_restarted_overlord_finds_the_tasks_still_running_on_workers(overlord_and_worker, cluster_dir) -> None:
     overlord_process, _ = overlord_and_worker
     with overlord_process.client() as overlord:
-        overlord.post(f"{TASKS}/task", json=noop("survivor", 8000))
+        overlord.post(f"{TASKS}/task", json=noop("survivor", 40_000))  # outlives the lease its successor waits out
         wait_for(lambda: task_status(overlord, "survivor")["runnerStatusCode"] == "RUNNING", 30, "survivor running")
     overlord_process.kill()
-    successor = SluiceProcess("overlord", cluster_dir, metadata_uri(cluster_dir)).start()
+    successor = SluiceProcess("overlord", cluster_dir, metadata_uri(cluster_dir)).start().leading()
     try:
         with successor.client() as overlord:
             status = task_status(overlord, "survivor")
@@ -156,7 +156,7 @@ def test_task_locks_conflict_revoke_by_priority_and_survive_an_overlord_restart(
         bad = overlord.post(f"{TASKS}/action", json={"task": "low_b", "action": {"type": "segmentMetadataUpdate"}})
         assert bad.status_code == 400 and "action.type: 'segmentMetadataUpdate' is not supported" in bad.json()["error"]
     overlord_process.kill()
-    successor = SluiceProcess("overlord", cluster_dir, metadata_uri(cluster_dir)).start()
+    successor = SluiceProcess("overlord", cluster_dir, metadata_uri(cluster_dir)).start().leading()
     try:
         with successor.client() as overlord:
             assert action(overlord, "low_a", type="lockList")["result"] == [lock]  # re-acquired, same version
@@ -274,7 +274,7 @@ def test_a_restarted_overlord_adopts_the_reading_task_and_it_publishes_exactly_o
                                         ["activeTasks"] if t["currentOffsets"] == {"0": end_offsets[0]}],
                                300, "the task to read everything")
         overlord.kill()
-        overlord = SluiceProcess("overlord", cluster_dir, uri).start()
+        overlord = SluiceProcess("overlord", cluster_dir, uri).start().leading()
         with overlord.client() as client, broker.client() as sql_client:
             adopted = wait_for(lambda: client.get(f"{TASKS}/supervisor/{ds}/status").json()["payload"]["activeTasks"],
                                60, "the supervisor to adopt its running task")

@@ -33,7 +33,7 @@ class IdleRunner:
 def client(metadata: MetadataStore, max_size: int = 2**31 - 1) -> tuple[TestClient, TaskQueue]:
     queue = TaskQueue(metadata, IdleRunner(), ServiceEmitter("druid/overlord", "", NoopEmitter()), max_size)
     app = FastAPI()
-    app.include_router(task_router(metadata, queue, None, "http://127.0.0.1:8090", list))  # type: ignore[arg-type]
+    app.include_router(task_router(metadata, queue, None, list))  # type: ignore[arg-type]
     return TestClient(app), queue
 
 
