@@ -58,8 +58,9 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "migrate":
         from sluice.metadata.schema import SchemaError, migrate
         from sluice.metadata.store import MetadataStore
+        from sluice.server.node import NodeConfig
 
-        store = MetadataStore(args.metadata_uri or f"sqlite:///{(args.work_dir / 'metadata.db').resolve()}")
+        store = MetadataStore(NodeConfig(work_dir=args.work_dir, metadata_uri=args.metadata_uri).resolved_metadata_uri)
         try:
             before, now = migrate(store.engine)
         except SchemaError as error:
