@@ -73,6 +73,7 @@ class Visibility:
         self.seen: dict[int, int] = defaultdict(int)
         self.sightings: list[tuple[int, float, int]] = []  # (event second, seen at (epoch s), new events)
         self.queries: list[float] = []
+        self.errors: list[str] = []  # a failed poll is counted and the next one goes on, as a dashboard would
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sql-poller", daemon=True)
 
@@ -92,7 +93,11 @@ class Visibility:
         with httpx.Client(base_url=self.base_url, timeout=30.0) as http:
             while not self._stop.is_set():
                 asked = time.time()
-                rows = sql_rows(http, query) or []
+                try:
+                    rows = sql_rows(http, query) or []
+                except (RuntimeError, httpx.HTTPError) as error:
+                    self.errors.append(str(error))
+                    rows = []
                 answered = time.time()
                 self.queries.append(answered - asked)
                 for stamp, count in rows:
@@ -226,6 +231,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # waited when the benchmark gave up, so the percentiles are lower bounds
         "events_not_visible_within_drain_timeout": produced - visibility.total,
         "drain_timeout_s": args.drain_timeout,
+        "sql_errors": len(visibility.errors), "sql_error_sample": visibility.errors[0] if visibility.errors else None,
         "task_duration": io["taskDuration"], "period": io["period"], "task_count": io["taskCount"],
         "query_granularity": "SECOND", "poll_s": args.poll, "warmup_s": args.warmup,
         "latency": summary(latencies(int(started) + args.warmup)),

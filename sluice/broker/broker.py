@@ -54,6 +54,9 @@ from sluice.security.resources import STATE, Action, Resource
 if TYPE_CHECKING:
     from sluice.realtime import RealtimeView
 
+#: How often a query may find a file of its snapshot gone before it fails (each time, a publish moved on).
+_READS_PER_QUERY = 5
+
 #: What the running streaming tasks have persisted, one view per task (replicas included).
 RealtimeViews = Callable[[], Iterable["RealtimeView"]]
 #: Live JSON for a sys table, or None when it cannot be had (the stored state is shown then).
@@ -122,15 +125,21 @@ class Broker:
             permissions: Permissions = ALLOW_ALL_PERMISSIONS) -> QueryResult:
         """Run Druid SQL as a caller with `permissions`: READ on every data source it reads (else Forbidden), and
         system tables that show only what the caller may read. A file that vanished since the snapshot was taken
-        makes it run once more on a fresh one."""
-        try:
-            return self._sql(query, parameters, context, permissions, fresh=False)
-        except SegmentFileGone:
-            self._local_paths.clear()
+        makes it run again on a fresh one: a publish that deletes its task's persists right after its commit can land
+        between a snapshot and its read, and task groups that roll over together publish within milliseconds of each
+        other, so one retry is not always enough."""
+        fresh = False
+        for _ in range(_READS_PER_QUERY - 1):
+            try:
+                return self._sql(query, parameters, context, permissions, fresh=fresh)
+            except SegmentFileGone:
+                self._local_paths.clear()
+                fresh = True
         try:
             return self._sql(query, parameters, context, permissions, fresh=True)
         except SegmentFileGone as gone:
-            raise SqlError.internal(f"Segment files could not be read, even on a fresh snapshot: {gone}") from gone
+            raise SqlError.internal(
+                f"Segment files could not be read, even on {_READS_PER_QUERY - 1} fresh snapshots: {gone}") from gone
 
     def cancel(self, query_id: str, permissions: Permissions = ALLOW_ALL_PERMISSIONS) -> bool:
         """Cancel the running query with this sqlQueryId (the caller needs READ on what it reads, as to run it);

@@ -73,6 +73,7 @@ def test_every_ingestion_run_holds_exactly_the_produced_events(smoke: dict[str, 
 
 def test_freshness_and_memory_runs_see_every_event(smoke: dict[str, Any]) -> None:
     freshness = smoke["results"]["freshness"]
+    assert freshness["sql_errors"] == 0, freshness["sql_error_sample"]
     assert freshness["events_visible"] == freshness["events_produced"] > 0
     for run in smoke["results"]["memory"]["runs"]:
         stats = run["row_stats"]
