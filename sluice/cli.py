@@ -5,12 +5,17 @@ run` runs a stream job."""
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import socket
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sluice.broker.limits import DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RESULT_ROWS
+from sluice.config import (
+    BY_KEY, SETTINGS, ConfigError, Properties, PropertyReader, deep_storage_uri, metadata_uri, resolve,
+)
 from sluice.emitter.config import EmitterConfig
 from sluice.logs import configure as configure_logging
 from sluice.server.roles import Role
@@ -18,11 +23,13 @@ from sluice.server.roles import Role
 if TYPE_CHECKING:
     from sluice.server.node import NodeConfig
 
+log = logging.getLogger("sluice")
+
 _ROLES = {
-    "start": ("run overlord and broker in one process, tasks as threads of it", Role.ALL_IN_ONE, 8888),
-    "overlord": ("run the overlord: supervisors, task queue, tasks on workers", Role.OVERLORD, 8090),
-    "worker": ("run a worker: tasks as peon processes", Role.WORKER, 8091),
-    "broker": ("run the broker: Druid SQL", Role.BROKER, 8082),
+    "start": ("run overlord and broker in one process, tasks as threads of it", Role.ALL_IN_ONE),
+    "overlord": ("run the overlord: supervisors, task queue, tasks on workers", Role.OVERLORD),
+    "worker": ("run a worker: tasks as peon processes", Role.WORKER),
+    "broker": ("run the broker: Druid SQL", Role.BROKER),
 }
 
 
@@ -33,10 +40,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.command in _ROLES:
         from sluice.server.node import Node
 
+        properties = settings(args)
         try:
-            config = node_config(args)
+            config = build_node_config(properties, args.emitter)
         except ValueError as error:
             parser.error(str(error))
+        if unknown := properties.unknown():
+            log.warning("configuration keys Sluice does not read (ignored): %s", ", ".join(unknown))
         for port in (config.port, *([config.tls.port] if config.tls else [])):
             if not _port_free(config.host, port):  # say so now, not after Spark has started
                 parser.error(f"port {port} on {config.host} is in use (another Sluice?); choose one with --port")
@@ -47,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
             node.start()
         except SchemaError as error:  # a store of a newer Sluice: said, not a traceback
             parser.error(str(error))
-        print(f"Sluice {args.role.value} serves on http://{args.host}:{args.port} (Ctrl-C to stop)")
+        print(f"Sluice {args.role.value} serves on {config.url} (Ctrl-C to stop)")
         node.lifecycle.join()
         if node.deposed:  # another overlord leads now: a service manager restarts this one as a standby
             sys.exit(75)
@@ -55,12 +65,24 @@ def main(argv: list[str] | None = None) -> None:
         from sluice.ingest_cli import ingest
 
         sys.exit(ingest(args.spec, args.url, timeout_s=args.timeout))
+    elif args.command == "config":
+        properties = settings(args)
+        try:
+            build_node_config(properties, args.emitter)
+        except ValueError as error:
+            parser.error(str(error))
+        print(f"# sluice {args.show_role}: effective settings (file < env < flag), secrets masked")
+        print(properties.render())
+        for key in properties.unknown():
+            print(f"# not read by Sluice (ignored): {key}")
     elif args.command == "migrate":
         from sluice.metadata.schema import SchemaError, migrate
         from sluice.metadata.store import MetadataStore
-        from sluice.server.node import NodeConfig
 
-        store = MetadataStore(NodeConfig(work_dir=args.work_dir, metadata_uri=args.metadata_uri).resolved_metadata_uri)
+        try:
+            store = MetadataStore(build_node_config(settings(args)).resolved_metadata_uri)
+        except ValueError as error:
+            parser.error(str(error))
         try:
             before, now = migrate(store.engine)
         except SchemaError as error:
@@ -85,64 +107,86 @@ def main(argv: list[str] | None = None) -> None:
         run(args.work_dir, args.port, args.events, args.exit)
 
 
+def settings(args: argparse.Namespace) -> Properties:
+    """A role's effective settings: defaults, its --config file, the environment, its flags."""
+    flags = {key: ("true" if value is True else str(value)) for key, value in vars(args).items() if key in BY_KEY}
+    file_name, file = args.config
+    return resolve(args.role, file, file_name, os.environ, flags)
+
+
 def node_config(args: argparse.Namespace) -> NodeConfig:
-    """The NodeConfig a role's command line describes; raises ValueError for settings Druid would refuse."""
-    from sluice.overlord.supervisor.state_manager import SupervisorStateManagerConfig
-    from sluice.security.config import AuthConfig
+    """The NodeConfig of a role's command line, config file and environment; raises ConfigError naming the key of a
+    setting Druid would refuse."""
+    return build_node_config(settings(args), args.emitter)
+
+
+def build_node_config(properties: Properties, emitter: EmitterConfig | None = None) -> NodeConfig:
     from sluice.broker.scheduler import QueryLimits
     from sluice.coordinator.duties import KillConfig
-    from sluice.periods import parse_duration
-    from sluice.server.node import DEFAULT_MAX_REQUEST_BYTES, NodeConfig
+    from sluice.overlord.supervisor.state_manager import SupervisorStateManagerConfig
+    from sluice.security.config import AuthConfig
+    from sluice.server.node import NodeConfig
     from sluice.server.tls import TlsConfig
 
-    overlord: dict[str, Any] = {}
-    if args.role in (Role.ALL_IN_ONE, Role.OVERLORD):
-        overlord["supervisor"] = SupervisorStateManagerConfig(
-            unhealthiness_threshold=args.supervisor_unhealthiness_threshold,
-            healthiness_threshold=args.supervisor_healthiness_threshold,
-            task_unhealthiness_threshold=args.supervisor_task_unhealthiness_threshold,
-            task_healthiness_threshold=args.supervisor_task_healthiness_threshold,
-            store_stack_trace=args.supervisor_store_stack_trace,
-            max_stored_exception_events=args.supervisor_max_stored_exception_events,
-            idle_config_enabled=args.supervisor_idle_config_enabled,
-            idle_config_inactive_after_millis=args.supervisor_idle_config_inactive_after_millis)
-        if args.indexer_queue_max_size is not None:
-            if args.indexer_queue_max_size < 1:
-                raise ValueError(f"druid.indexer.queue.maxSize must be at least 1, not {args.indexer_queue_max_size}")
-            overlord["queue_max_size"] = args.indexer_queue_max_size
-    properties: dict[str, str] = args.config
-    max_request_bytes = properties.get("sluice.server.http.maxRequestBytes", str(DEFAULT_MAX_REQUEST_BYTES)).strip()
-    if not max_request_bytes.isdigit():
-        raise ValueError(f"sluice.server.http.maxRequestBytes: [{max_request_bytes}] is not a number of bytes")
-    try:
-        coordinator_period = parse_duration(properties.get("druid.coordinator.period", "PT60S")).total_seconds()
-    except ValueError as error:
-        raise ValueError(f"druid.coordinator.period: {error}") from None
-    if coordinator_period <= 0:
-        raise ValueError("druid.coordinator.period: must be longer than nothing, e.g. PT60S")
-    leader: dict[str, float] = {}
-    for key, field_name in (("sluice.leader.leaseDuration", "leader_lease_s"),
-                            ("sluice.leader.renewPeriod", "leader_renew_s")):
-        if key in properties:
-            try:
-                leader[field_name] = parse_duration(properties[key].strip()).total_seconds()
-            except ValueError as error:
-                raise ValueError(f"{key}: {error}") from None
-    if leader.get("leader_renew_s", 3.0) * 2 > leader.get("leader_lease_s", 15.0):
-        raise ValueError("sluice.leader.renewPeriod: must be at most half of sluice.leader.leaseDuration, so that a "
-                         "leader renews before its lease runs out")
-    return NodeConfig(auth=AuthConfig.from_properties(properties), tls=TlsConfig.from_properties(properties),
-                      coordinator_period_s=coordinator_period, kill=KillConfig.from_properties(properties), **leader,
-                      query_limits=QueryLimits.from_properties(properties), max_request_bytes=int(max_request_bytes),
-                      host=args.host, port=args.port, work_dir=args.work_dir, metadata_uri=args.metadata_uri,
-                      deep_storage=args.deep_storage, spark_master=args.spark_master, role=args.role,
-                      capacity=getattr(args, "capacity", 2), base_task_dirs=getattr(args, "base_task_dirs", ()),
-                      worker_select_strategy=getattr(args, "worker_select_strategy", "equalDistribution"),
-                      max_query_rows=getattr(args, "max_query_rows", DEFAULT_MAX_RESULT_ROWS),
-                      max_query_bytes=getattr(args, "max_query_bytes", DEFAULT_MAX_RESULT_BYTES),
-                      query_memory_limit=getattr(args, "query_memory_limit", "4GB"),
-                      load_max_rows=getattr(args, "load_max_rows", 50_000_000),
-                      emitter=args.emitter, **overlord)
+    read, role = PropertyReader(properties), properties.role
+    role_settings: dict[str, Any] = {}
+    if role in (Role.ALL_IN_ONE, Role.OVERLORD):
+        threshold = "druid.supervisor.{}Threshold".format
+        role_settings["supervisor"] = SupervisorStateManagerConfig(
+            unhealthiness_threshold=read.integer(threshold("unhealthiness"), 3, minimum=1),
+            healthiness_threshold=read.integer(threshold("healthiness"), 3, minimum=1),
+            task_unhealthiness_threshold=read.integer(threshold("taskUnhealthiness"), 3, minimum=1),
+            task_healthiness_threshold=read.integer(threshold("taskHealthiness"), 3, minimum=1),
+            store_stack_trace=read.boolean("druid.supervisor.storeStackTrace", False),
+            max_stored_exception_events=read.integer("druid.supervisor.maxStoredExceptionEvents", None, minimum=0),
+            idle_config_enabled=read.boolean("druid.supervisor.idleConfig.enabled", False),
+            idle_config_inactive_after_millis=read.integer("druid.supervisor.idleConfig.inactiveAfterMillis",
+                                                           600_000, minimum=0))
+        role_settings["queue_max_size"] = read.integer("druid.indexer.queue.maxSize", 2**31 - 1, minimum=1)
+        lease = read.duration("sluice.leader.leaseDuration", timedelta(seconds=15)).total_seconds()
+        renew = read.duration("sluice.leader.renewPeriod", timedelta(seconds=3)).total_seconds()
+        if renew * 2 > lease:
+            raise ConfigError("sluice.leader.renewPeriod: must be at most half of sluice.leader.leaseDuration, so "
+                              "that a leader renews before its lease runs out")
+        role_settings |= {"leader_lease_s": lease, "leader_renew_s": renew, "kill": KillConfig.from_properties(properties),
+                          "coordinator_period_s": read.duration("druid.coordinator.period",
+                                                                timedelta(seconds=60)).total_seconds()}
+    if role is Role.OVERLORD:
+        strategy = read.string("sluice.indexer.selectStrategy", "equalDistribution")
+        if strategy not in ("equalDistribution", "fillCapacity"):
+            raise ConfigError(f"sluice.indexer.selectStrategy: [{strategy}] is not equalDistribution or fillCapacity")
+        role_settings["worker_select_strategy"] = strategy
+    if role is Role.WORKER:
+        role_settings |= {"capacity": read.integer("druid.worker.capacity", 2, minimum=1),
+                          "base_task_dirs": _directories(read, "druid.worker.baseTaskDirs")}
+    if role in (Role.ALL_IN_ONE, Role.BROKER):
+        role_settings |= {"max_query_rows": read.integer("sluice.broker.maxQueryRows", None, minimum=0),
+                          "max_query_bytes": read.integer("sluice.broker.maxQueryBytes", None, minimum=0),
+                          "query_memory_limit": read.string("sluice.broker.queryMemoryLimit"),
+                          "load_max_rows": read.integer("sluice.broker.loadMaxRows", None, minimum=0)}
+    port = read.integer("druid.plaintextPort", None, minimum=1)
+    if port is None or port > 65535:
+        raise ConfigError(f"druid.plaintextPort: [{read.raw('druid.plaintextPort')}] is not a port number")
+    return NodeConfig(role=role, host=read.string("druid.host"), port=port, work_dir=Path(read.string("sluice.workDir")),
+                      metadata_uri=metadata_uri(read), deep_storage=deep_storage_uri(read),
+                      spark_master=read.string("sluice.spark.master"),
+                      emitter=emitter or EmitterConfig.from_properties(properties),
+                      auth=AuthConfig.from_properties(properties), tls=TlsConfig.from_properties(properties),
+                      query_limits=QueryLimits.from_properties(properties),
+                      max_request_bytes=read.integer("sluice.server.http.maxRequestBytes", None, minimum=0),
+                      **role_settings)
+
+
+def _directories(read: PropertyReader, key: str) -> tuple[Path, ...]:
+    """Druid's JSON list of paths, or the same comma-separated."""
+    text = read.raw(key)
+    if text is None:
+        return ()
+    if text.startswith("["):
+        directories = read.names(key, [])
+    else:
+        directories = [d.strip() for d in text.split(",") if d.strip()]
+    return tuple(Path(d) for d in directories)
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -155,13 +199,13 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
-def runtime_properties(path: str) -> dict[str, str]:
-    """A Druid runtime.properties file, read as Java reads it."""
+def runtime_properties(path: str) -> tuple[str, dict[str, str]]:
+    """A Druid runtime.properties file, read as Java reads it, with its name."""
     import javaproperties
 
     try:
         with open(path, encoding="utf-8") as file:
-            return javaproperties.load(file)
+            return path, javaproperties.load(file)
     except OSError as error:
         raise argparse.ArgumentTypeError(f"cannot read {path}: {error.strerror}") from None
 
@@ -173,55 +217,16 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--log-level", default=argparse.SUPPRESS, help="DEBUG, INFO, WARNING (default) or ERROR")
     commands = parser.add_subparsers(dest="command", required=True)
-    for name, (description, role, port) in _ROLES.items():
-        command = commands.add_parser(name, help=description, parents=[common])
-        command.set_defaults(role=role)
-        command.add_argument("--config", type=runtime_properties, default={}, metavar="FILE",
-                             help="Druid runtime properties (key=value lines); Sluice reads druid.auth.*, "
-                                  "druid.escalator.* (basic security), druid.enableTlsPort, druid.tlsPort, "
-                                  "druid.server.https.* (an HTTPS port), druid.server.http.defaultQueryTimeout, "
-                                  "druid.server.http.maxQueryTimeout, druid.query.scheduler.numThreads and "
-                                  "sluice.server.http.maxRequestBytes (default 64 MiB) from it")
-        command.add_argument("--host", default="127.0.0.1", help="the address to serve on (default: 127.0.0.1)")
-        command.add_argument("--port", type=int, default=port, help=f"the HTTP port (default: {port})")
-        command.add_argument("--work-dir", type=Path, default=Path("var"),
-                             help="where the node keeps its metadata, segments and task files (default: ./var)")
-        command.add_argument("--metadata-uri", help="sqlite:///… (default: <work-dir>/metadata.db) or "
-                                                    "postgresql+psycopg://…")
-        command.add_argument("--deep-storage", help="file:///… (default: <work-dir>/deep-storage) or s3://bucket/prefix")
-        command.add_argument("--spark-master", default="local[*,4]" if role is Role.ALL_IN_ONE else "local[2,4]",
-                             help="the Spark master tasks run on")
-        command.add_argument("--emitter", type=EmitterConfig.model_validate_json,
-                             default=EmitterConfig(type="prometheus"),
-                             help='where metrics go, as JSON with Druid\'s names, e.g. \'{"type":"composing",'
-                                  '"emitters":["prometheus","logging"]}\' (default: prometheus, served on /metrics)')
-        if role is Role.WORKER:
-            command.add_argument("--capacity", type=int, default=2, help="tasks (peons) at once")
-            command.add_argument("--base-task-dirs", type=lambda dirs: tuple(Path(d) for d in dirs.split(",")),
-                                 default=(), help="druid.worker.baseTaskDirs: comma-separated directories for task "
-                                                  "directories, slot i in the (i mod n)-th (default: <work-dir>/tasks)")
-        if role in (Role.ALL_IN_ONE, Role.BROKER):
-            command.add_argument("--max-query-rows", type=int, default=DEFAULT_MAX_RESULT_ROWS,
-                                 help="the most rows a query may return; a larger result is refused with Druid's "
-                                      "'Resource limit exceeded' (default: 100000, Druid's maxSubqueryRows; 0: no "
-                                      "limit)")
-            command.add_argument("--max-query-bytes", type=int, default=DEFAULT_MAX_RESULT_BYTES,
-                                 help="the most bytes of strings and arrays a query may return; more is refused "
-                                      f"with 'Resource limit exceeded' (default: {DEFAULT_MAX_RESULT_BYTES}; 0: no "
-                                      "limit)")
-            command.add_argument("--query-memory-limit", default="4GB",
-                                 help="DuckDB's memory limit, shared by the queries running at once over the same "
-                                      "segments (default: 4GB)")
-            command.add_argument("--load-max-rows", type=int, default=50_000_000,
-                                 help="rows of published segments the broker loads into DuckDB's own storage for "
-                                      "faster queries (default: 50000000; 0: read the segment files only)")
-        if role is Role.OVERLORD:
-            command.add_argument("--worker-select-strategy", default="equalDistribution",
-                                 choices=["equalDistribution", "fillCapacity"],
-                                 help="druid.indexer.selectStrategy: spread tasks over the workers with the most free "
-                                      "slots, or fill one worker first (default: equalDistribution)")
-        if role in (Role.ALL_IN_ONE, Role.OVERLORD):
-            _add_overlord_options(command)
+    for name, (description, role) in _ROLES.items():
+        _add_role_options(commands.add_parser(name, help=description, parents=[common]), role)
+    config = commands.add_parser("config", parents=[common], help="what a role's settings are")
+    config_commands = config.add_subparsers(dest="config_command", required=True)
+    show = config_commands.add_parser("show", parents=[common],
+                                      help="print a role's effective settings (runtime.properties lines, secrets "
+                                           "masked), each with where it came from: default, file, env or flag")
+    show_roles = show.add_subparsers(dest="show_role", required=True)
+    for name, (description, role) in _ROLES.items():
+        _add_role_options(show_roles.add_parser(name, help=description, parents=[common]), role)
 
     ingest = commands.add_parser("ingest", parents=[common], help="submit a batch task (.json) or SQL INSERT/REPLACE (.sql), show its "
                                                 "progress and row stats; exit 0 on success, 1 on failure")
@@ -245,10 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     migrate = commands.add_parser("migrate", parents=[common],
                                   help="bring a metadata store's schema up to this Sluice's (nodes also do it as "
-                                       "they start)")
-    migrate.add_argument("--metadata-uri", help="sqlite:///… or postgresql+psycopg://… (default: the one of "
-                                                "--work-dir)")
-    migrate.add_argument("--work-dir", type=Path, default=Path("var"), help="(default: ./var)")
+                                       "they start); the store is the one `sluice start` with the same options uses")
+    _add_role_options(migrate, Role.ALL_IN_ONE)
     dev = commands.add_parser("dev", parents=[common], help="a Kafka broker and sample data to try Sluice with")
     dev_commands = dev.add_subparsers(dest="dev_command", required=True)
     dev_broker = dev_commands.add_parser("broker", parents=[common],
@@ -272,34 +275,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_overlord_options(command: argparse.ArgumentParser) -> None:
-    """Druid's druid.supervisor.* and druid.indexer.queue.maxSize, named after them."""
-    thresholds = {
-        "unhealthiness-threshold": ("unhealthinessThreshold",
-                                    "failed supervisor runs in a row that make a supervisor unhealthy"),
-        "healthiness-threshold": ("healthinessThreshold",
-                                  "successful runs in a row that make an unhealthy supervisor healthy again"),
-        "task-unhealthiness-threshold": ("taskUnhealthinessThreshold",
-                                         "failed tasks in a row that make a supervisor UNHEALTHY_TASKS"),
-        "task-healthiness-threshold": ("taskHealthinessThreshold",
-                                       "successful tasks in a row that make it healthy again"),
-    }
-    for option, (druid_name, meaning) in thresholds.items():
-        command.add_argument(f"--supervisor-{option}", type=int, default=3,
-                             help=f"druid.supervisor.{druid_name}: {meaning} (default: 3)")
-    command.add_argument("--supervisor-store-stack-trace", action="store_true",
-                         help="druid.supervisor.storeStackTrace: recentErrors carry whole stack traces")
-    command.add_argument("--supervisor-max-stored-exception-events", type=int,
-                         help="druid.supervisor.maxStoredExceptionEvents: recentErrors kept per supervisor "
-                              "(default: the larger of the two supervisor thresholds)")
-    command.add_argument("--supervisor-idle-config-enabled", action="store_true",
-                         help="druid.supervisor.idleConfig.enabled: supervisors whose spec has no idleConfig turn "
-                              "IDLE when their stream has no new data")
-    command.add_argument("--supervisor-idle-config-inactive-after-millis", type=int, default=600_000,
-                         help="druid.supervisor.idleConfig.inactiveAfterMillis (default: 600000)")
-    command.add_argument("--indexer-queue-max-size", type=int,
-                         help="druid.indexer.queue.maxSize: the most active tasks; more are refused with HTTP 429 "
-                              "(default: 2147483647)")
+#: how each setting's flag parses: a switch, a number, or one of a few names (text otherwise)
+_SWITCHES = {"druid.supervisor.storeStackTrace", "druid.supervisor.idleConfig.enabled"}
+_NUMBERS = {"druid.plaintextPort", "druid.worker.capacity", "sluice.broker.maxQueryRows", "sluice.broker.maxQueryBytes",
+            "sluice.broker.loadMaxRows", "druid.supervisor.unhealthinessThreshold",
+            "druid.supervisor.healthinessThreshold", "druid.supervisor.taskUnhealthinessThreshold",
+            "druid.supervisor.taskHealthinessThreshold", "druid.supervisor.maxStoredExceptionEvents",
+            "druid.supervisor.idleConfig.inactiveAfterMillis", "druid.indexer.queue.maxSize"}
+_CHOICES = {"sluice.indexer.selectStrategy": ["equalDistribution", "fillCapacity"]}
+
+
+def _add_role_options(command: argparse.ArgumentParser, role: Role) -> None:
+    """--config, --emitter, and a flag for each setting the role has, named in its help; a flag not given leaves the
+    setting to the file, the environment or the default (see sluice/config.py)."""
+    command.set_defaults(role=role)
+    command.add_argument("--config", type=runtime_properties, default=("", {}), metavar="FILE",
+                         help="a Druid runtime.properties file: Druid's keys (druid.auth.*, druid.metadata.storage.*, "
+                              "druid.storage.*, druid.server.http.*, druid.indexer.*, druid.worker.*…) and Sluice's "
+                              "(sluice.*); see `sluice config show`. druid_* / sluice_* environment variables "
+                              "override it (druid_worker_capacity=4), flags override both")
+    command.add_argument("--emitter", type=EmitterConfig.model_validate_json,
+                         help='where metrics go, as JSON with Druid\'s names, e.g. \'{"type":"composing",'
+                              '"emitters":["prometheus","logging"]}\'; overrides druid.emitter.* (default: '
+                              'prometheus, served on /metrics)')
+    for setting in SETTINGS:
+        if setting.flag is None or role not in setting.roles:
+            continue
+        default = setting.default_for(role)
+        text = f"{setting.key}: {setting.help}" + ("" if default is None else f" (default: {default})")
+        if setting.key in _SWITCHES:
+            command.add_argument(setting.flag, dest=setting.key, action="store_true", default=argparse.SUPPRESS,
+                                 help=text)
+        else:
+            command.add_argument(setting.flag, dest=setting.key, default=argparse.SUPPRESS, help=text,
+                                 type=int if setting.key in _NUMBERS else str, choices=_CHOICES.get(setting.key),
+                                 metavar=None if setting.key in _CHOICES else setting.flag.removeprefix("--").upper()
+                                 .replace("-", "_"))
 
 
 if __name__ == "__main__":

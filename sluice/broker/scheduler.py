@@ -12,6 +12,7 @@ from typing import Any
 
 from sluice.broker.errors import SqlError
 from sluice.broker.sql import DEFAULT_TIMEOUT_MS
+from sluice.config import PropertyReader
 
 
 @dataclass(frozen=True)
@@ -24,19 +25,11 @@ class QueryLimits:
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> QueryLimits:
-        from sluice.security.config import ConfigError
-
-        def number(key: str, minimum: int) -> int | None:
-            value = properties.get(key, "").strip()
-            if not value:
-                return None
-            if not value.isdigit() or int(value) < minimum:
-                raise ConfigError(f"{key}: [{value}] is not a whole number of at least {minimum}")
-            return int(value)
-
-        return cls(default_timeout_ms=number("druid.server.http.defaultQueryTimeout", 0) or DEFAULT_TIMEOUT_MS,
-                   max_timeout_ms=number("druid.server.http.maxQueryTimeout", 1),
-                   max_running=number("druid.query.scheduler.numThreads", 1))
+        read = PropertyReader(properties)
+        return cls(default_timeout_ms=read.integer("druid.server.http.defaultQueryTimeout", None, minimum=0)
+                   or DEFAULT_TIMEOUT_MS,
+                   max_timeout_ms=read.integer("druid.server.http.maxQueryTimeout", None, minimum=1),
+                   max_running=read.integer("druid.query.scheduler.numThreads", None, minimum=1))
 
     def context(self, context: Any) -> Any:
         """The query context with the timeout the server enforces: the default (at most the cap) when the query gives

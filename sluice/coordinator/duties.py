@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from sluice.config import PropertyReader
 from sluice.coordinator.rules import DEFAULT, DEFAULT_RULES, InvalidRule, parse_rules, segments_to_drop
 from sluice.metadata.store import MetadataStore
-from sluice.periods import parse_duration
 from sluice.segment.deep_storage import DeepStorage
 from sluice.task.kill_task import KillTaskPayload, KillTaskSpec, new_kill_task_id
 from sluice.task.task import TaskSpec
@@ -100,34 +100,19 @@ class KillConfig:
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> KillConfig:
-        """Raises ValueError naming the key that is wrong."""
-        prefix = "druid.coordinator.kill."
+        """Raises ConfigError naming the key that is wrong."""
+        read, kill, orphans = PropertyReader(properties), "druid.coordinator.kill.", "sluice.coordinator.kill.orphanFiles."
         defaults = cls()
-        values: dict[str, object] = {}
-        orphans = "sluice.coordinator.kill.orphanFiles."
-        for field_name, key in (("period", prefix + "period"), ("duration_to_retain", prefix + "durationToRetain"),
-                                ("buffer_period", prefix + "bufferPeriod"),
-                                ("orphan_files_retain", orphans + "durationToRetain")):
-            text = properties.get(key)
-            if text is not None:
-                try:
-                    values[field_name] = parse_duration(text.strip())
-                except ValueError as error:
-                    raise ValueError(f"{key}: {error}") from None
-        for field_name, key in (("on", prefix + "on"), ("pending_segments_on", prefix + "pendingSegments.on"),
-                                ("orphan_files_on", orphans + "on")):
-            text = properties.get(key)
-            if text is not None:
-                if text.strip().lower() not in ("true", "false"):
-                    raise ValueError(f"{key}: [{text.strip()}] is not true or false")
-                values[field_name] = text.strip().lower() == "true"
-        max_segments = properties.get(prefix + "maxSegments", str(defaults.max_segments)).strip()
-        if not max_segments.isdigit() or int(max_segments) < 1:
-            raise ValueError(f"{prefix}maxSegments: [{max_segments}] is not a positive number")
-        config = cls(max_segments=int(max_segments), **values)  # type: ignore[arg-type]
-        if config.period <= timedelta(0):
-            raise ValueError(f"{prefix}period: must be longer than nothing")
-        return config
+        return cls(on=read.boolean(kill + "on", defaults.on),
+                   period=read.duration(kill + "period", defaults.period),
+                   duration_to_retain=read.duration(kill + "durationToRetain", defaults.duration_to_retain,
+                                                    allow_zero=True),
+                   buffer_period=read.duration(kill + "bufferPeriod", defaults.buffer_period, allow_zero=True),
+                   max_segments=read.integer(kill + "maxSegments", defaults.max_segments, minimum=1),
+                   pending_segments_on=read.boolean(kill + "pendingSegments.on", defaults.pending_segments_on),
+                   orphan_files_on=read.boolean(orphans + "on", defaults.orphan_files_on),
+                   orphan_files_retain=read.duration(orphans + "durationToRetain", defaults.orphan_files_retain,
+                                                     allow_zero=True))
 
 
 class KillUnusedSegments:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from sluice.config import ConfigError, PropertyReader
 from sluice.emitter.core import ComposingEmitter, Emitter, LoggingEmitter, NoopEmitter
 from sluice.emitter.http_post import HttpPostEmitter
 from sluice.emitter.prometheus import DEFAULT_METRICS, PrometheusEmitter, load_metric_map
@@ -40,6 +42,31 @@ class EmitterConfig(BaseModel):
     dimension_map_path: str | None = None
     add_host_as_label: bool = False
     add_service_as_label: bool = False
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, str]) -> EmitterConfig:
+        """`druid.emitter`, `druid.emitter.composing.emitters` and `druid.emitter.<type>.<setting>`; ConfigError naming
+        the key that is wrong."""
+        keys = {"type": "druid.emitter", "emitters": "druid.emitter.composing.emitters",
+                "recipientBaseUrl": "druid.emitter.http.recipientBaseUrl"}
+        for name in cls.model_fields:
+            alias = to_camel(name)
+            for kind in ("http", "logging", "prometheus"):
+                if f"druid.emitter.{kind}.{alias}" in properties:
+                    keys[alias] = f"druid.emitter.{kind}.{alias}"
+        values: dict[str, object] = {alias: properties[key].strip() for alias, key in keys.items() if key in properties}
+        if "emitters" in values:
+            values["emitters"] = PropertyReader(properties).names(keys["emitters"], [])
+        try:
+            return cls.model_validate(values)
+        except ValidationError as error:
+            problem = error.errors()[0]
+            field_name = str(problem["loc"][0]) if problem["loc"] else ""
+            message = problem["msg"].removeprefix("Value error, ")
+            named = next((alias for alias in keys if message.startswith(alias + ": ")), None)
+            if named is not None:
+                raise ConfigError(f"{keys[named]}: {message.removeprefix(named + ': ')}") from None
+            raise ConfigError(f"{keys.get(field_name, 'druid.emitter')}: {message}") from None
 
     @model_validator(mode="after")
     def _complete(self) -> EmitterConfig:

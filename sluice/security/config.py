@@ -7,22 +7,15 @@ here; a wrong value is a ConfigError that names its key.
 
 from __future__ import annotations
 
-import json
-import logging
-import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping
 
-log = logging.getLogger(__name__)
+from sluice.config import ConfigError, PropertyReader
 
 ALLOW_ALL = "allowAll"
 #: Druid's names for the users its basic authenticator and authorizer create at start
 ADMIN_USER = "admin"
 INTERNAL_USER = "druid_system"
-
-
-class ConfigError(ValueError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -89,7 +82,7 @@ class AuthConfig:
     def from_properties(cls, properties: Mapping[str, str]) -> AuthConfig:
         """The security settings among Druid runtime properties; keys other than druid.auth.* and druid.escalator.*
         are not looked at."""
-        reader = _Reader(properties)
+        reader = PropertyReader(properties)
         chain = tuple(_authenticator(reader, name)
                       for name in reader.names("druid.auth.authenticatorChain", [ALLOW_ALL]))
         authorizers = {name: _authorizer(reader, name) for name in reader.names("druid.auth.authorizers", [ALLOW_ALL])}
@@ -108,7 +101,7 @@ class AuthConfig:
         return config
 
 
-def _authenticator(reader: _Reader, name: str) -> Authenticator:
+def _authenticator(reader: PropertyReader, name: str) -> Authenticator:
     prefix = f"druid.auth.authenticator.{name}."
     type_ = reader.string(prefix + "type", ALLOW_ALL if name == ALLOW_ALL else None)
     if type_ == ALLOW_ALL:
@@ -132,7 +125,7 @@ def _authenticator(reader: _Reader, name: str) -> Authenticator:
                          credential_iterations=iterations)
 
 
-def _authorizer(reader: _Reader, name: str) -> Authorizer:
+def _authorizer(reader: PropertyReader, name: str) -> Authorizer:
     prefix = f"druid.auth.authorizer.{name}."
     type_ = reader.string(prefix + "type", ALLOW_ALL if name == ALLOW_ALL else None)
     if type_ == ALLOW_ALL:
@@ -146,7 +139,7 @@ def _authorizer(reader: _Reader, name: str) -> Authorizer:
                       initial_admin_role=reader.string(prefix + "initialAdminRole", ADMIN_USER))
 
 
-def _escalator(reader: _Reader) -> Escalator:
+def _escalator(reader: PropertyReader) -> Escalator:
     type_ = reader.string("druid.escalator.type", "noop")
     if type_ == "noop":
         return Escalator()
@@ -160,83 +153,3 @@ def _escalator(reader: _Reader) -> Escalator:
 
 
 _PREFIXES = ("druid.auth.", "druid.escalator.")
-_REQUIRED: Any = object()
-
-
-class _Reader:
-    """Typed reads of runtime properties that remember which keys were read, so the others can be warned about."""
-
-    def __init__(self, properties: Mapping[str, str]) -> None:
-        self._properties = properties
-        self._read: set[str] = set()
-
-    def _raw(self, key: str) -> str | None:
-        self._read.add(key)
-        value = self._properties.get(key)
-        return None if value is None or value.strip() == "" else value.strip()
-
-    def string(self, key: str, default: Any = _REQUIRED) -> str:
-        value = self._raw(key)
-        if value is not None:
-            return value
-        if default is _REQUIRED or default is None:
-            raise ConfigError(f"{key}: required")
-        return default
-
-    def integer(self, key: str, default: int) -> int:
-        value = self._raw(key)
-        try:
-            return default if value is None else int(value)
-        except ValueError:
-            raise ConfigError(f"{key}: [{value}] is not an integer") from None
-
-    def boolean(self, key: str, default: bool) -> bool:
-        value = self._raw(key)
-        if value is None:
-            return default
-        if value.lower() not in ("true", "false"):
-            raise ConfigError(f"{key}: [{value}] is not true or false")
-        return value.lower() == "true"
-
-    def names(self, key: str, default: list[str]) -> list[str]:
-        """A JSON list of strings, e.g. `["basic"]`."""
-        value = self._raw(key)
-        if value is None:
-            return default
-        try:
-            names = json.loads(value)
-        except json.JSONDecodeError:
-            names = None
-        if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
-            raise ConfigError(f'{key}: [{value}] is not a JSON list of names, e.g. ["basic"]')
-        return names
-
-    def password(self, key: str) -> str | None:
-        return read_password({key: self._raw(key) or ""}, key)
-
-    def warn_unread(self, prefixes: tuple[str, ...]) -> None:
-        for key in sorted(set(self._properties) - self._read):
-            if key.startswith(prefixes):
-                log.warning("configuration key %s is not one Sluice knows; it is ignored", key)
-
-
-def read_password(properties: Mapping[str, str], key: str) -> str | None:
-    """Druid's password provider: the password itself, or `{"type": "default", "password": ...}` or
-    `{"type": "environment", "variable": ...}`; None when the key is not set."""
-    value = (properties.get(key) or "").strip() or None
-    if value is None or not value.startswith("{"):
-        return value
-    try:
-        provider = json.loads(value)
-    except json.JSONDecodeError:
-        raise ConfigError(f"{key}: a password provider must be valid JSON") from None
-    if provider.get("type") == "default" and isinstance(provider.get("password"), str):
-        return provider["password"]
-    if provider.get("type") == "environment" and isinstance(provider.get("variable"), str):
-        password = os.environ.get(provider["variable"])
-        if password is None:
-            raise ConfigError(f"{key}: environment variable [{provider['variable']}] is not set")
-        return password
-    raise ConfigError(f'{key}: password provider must be {{"type": "default", "password": ...}} or '
-                      '{"type": "environment", "variable": ...}')
-

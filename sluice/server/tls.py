@@ -16,7 +16,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 
-from sluice.security.config import ConfigError, read_password
+from sluice.config import ConfigError, PropertyReader
 
 
 @dataclass(frozen=True)
@@ -28,28 +28,23 @@ class TlsConfig:
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> TlsConfig | None:
         """None when the TLS port is off (Druid's default)."""
-        def flag(key: str, default: bool) -> bool:
-            value = properties.get(key, str(default)).strip().lower()
-            if value not in ("true", "false"):
-                raise ConfigError(f"{key}: [{value}] is not true or false")
-            return value == "true"
-
-        if not flag("druid.enablePlaintextPort", True):
+        read = PropertyReader(properties)
+        if not read.boolean("druid.enablePlaintextPort", True):
             raise ConfigError("druid.enablePlaintextPort: false is not supported: Sluice's nodes call each other "
                               "on the plaintext port (serve TLS beside it with druid.enableTlsPort=true)")
-        if not flag("druid.enableTlsPort", False):
+        if not read.boolean("druid.enableTlsPort", False):
             return None
-        port = properties.get("druid.tlsPort", "").strip()
+        port = read.raw("druid.tlsPort") or ""
         if not port.isdigit() or not 0 < int(port) < 65536:
             raise ConfigError(f"druid.tlsPort: [{port}] is not a port number (required with druid.enableTlsPort)")
-        path = properties.get("druid.server.https.keyStorePath", "").strip()
+        path = read.raw("druid.server.https.keyStorePath")
         if not path:
             raise ConfigError("druid.server.https.keyStorePath: required with druid.enableTlsPort")
-        store_type = properties.get("druid.server.https.keyStoreType", "pkcs12").strip().lower()
+        store_type = read.string("druid.server.https.keyStoreType", "pkcs12").lower()
         if store_type not in ("pkcs12", "p12"):
             raise ConfigError(f"druid.server.https.keyStoreType: [{store_type}] is not supported; convert the key "
                               "store to PKCS #12 (keytool -importkeystore -deststoretype pkcs12)")
-        config = cls(int(port), Path(path), read_password(properties, "druid.server.https.keyStorePassword"))
+        config = cls(int(port), Path(path), read.password("druid.server.https.keyStorePassword"))
         config._load()  # a key store that cannot be read fails the start, not the first request
         return config
 

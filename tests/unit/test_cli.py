@@ -11,7 +11,9 @@ import pytest
 
 from sluice.broker.scheduler import QueryLimits
 from sluice.coordinator.duties import KillConfig
-from sluice.cli import build_parser, main, node_config
+from sluice.cli import build_node_config, build_parser, main, node_config
+from sluice.config import ConfigError, resolve
+from sluice.server.roles import Role
 
 
 def test_log_level_goes_before_or_after_the_subcommand() -> None:
@@ -28,7 +30,7 @@ def test_every_role_option_says_what_it_is_for(role: str) -> None:
     [commands] = [a for a in build_parser()._actions if a.dest == "command"]  # noqa: SLF001
     for action in commands.choices[role]._actions:  # noqa: SLF001
         assert action.help, action.option_strings
-    assert "(default: ./var)" in commands.choices[role].format_help()
+    assert "sluice.workDir: where the node keeps" in commands.choices[role].format_help()
 
 
 def test_a_config_file_of_druids_keys_reaches_the_node(tmp_path: Path) -> None:
@@ -79,3 +81,78 @@ def test_a_port_in_use_is_said_before_anything_starts(tmp_path: Path, capsys: py
     assert stopped.value.code == 2
     assert f"port {port} on 127.0.0.1 is in use" in capsys.readouterr().err
     assert not (tmp_path / "metadata.db").exists()  # nothing started
+
+
+# ------------------------------------------------------------------------------------------- one configuration
+
+
+def test_a_flag_beats_the_environment_which_beats_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "runtime.properties"
+    config.write_text("druid.plaintextPort=8100\n"
+                      "druid.worker.capacity=3\n"
+                      "druid.indexer.queue.maxSize=10\n"
+                      "druid.metadata.storage.type=postgresql\n"
+                      "druid.metadata.storage.connector.connectURI=jdbc:postgresql://db.example:5432/druid\n"
+                      "druid.metadata.storage.connector.user=druid\n"
+                      "druid.metadata.storage.connector.password=s3cr/t\n"
+                      "druid.storage.type=s3\n"
+                      "druid.storage.bucket=segments\n"
+                      "druid.storage.baseKey=/druid/segments/\n"
+                      "druid.emitter=logging\n"
+                      "druid.emitter.logging.logLevel=warn\n")
+    monkeypatch.setenv("druid_plaintextPort", "8200")
+    monkeypatch.setenv("druid_worker_capacity", "4")
+    worker = node_config(build_parser().parse_args(["worker", "--config", str(config), "--port", "8300"]))
+    assert (worker.port, worker.capacity) == (8300, 4)
+    assert worker.metadata_uri == "postgresql+psycopg://druid:s3cr%2Ft@db.example:5432/druid"
+    assert worker.deep_storage == "s3://segments/druid/segments"
+    assert (worker.emitter.type, worker.emitter.log_level) == ("logging", "warn")
+    overlord = node_config(build_parser().parse_args(["overlord", "--config", str(config)]))
+    assert (overlord.port, overlord.queue_max_size) == (8200, 10)
+
+    main(["config", "show", "worker", "--config", str(config), "--port", "8300"])
+    shown = capsys.readouterr().out.splitlines()
+    assert "druid.plaintextPort=8300  # flag --port" in shown
+    assert "druid.worker.capacity=4  # env druid_worker_capacity" in shown
+    assert f"druid.indexer.queue.maxSize=10  # file {config}" in shown
+    assert f"druid.metadata.storage.connector.password=*****  # file {config}" in shown
+    assert "sluice.spark.master=local[2,4]  # default" in shown
+    assert not any("s3cr" in line for line in shown)
+
+
+def test_druids_own_metadata_and_deep_storage_defaults_mean_the_work_dir() -> None:
+    node = node_config(build_parser().parse_args(["start", "--work-dir", "/srv/sluice"]))
+    assert node.metadata_uri is None and node.deep_storage is None
+    assert node.resolved_metadata_uri == "sqlite:////srv/sluice/metadata.db"
+    derby = {"druid.metadata.storage.type": "derby",
+             "druid.metadata.storage.connector.connectURI": "jdbc:derby://localhost:1527/var/druid/metadata.db;create=true",
+             "druid.storage.type": "local", "druid.storage.storageDirectory": "/srv/segments"}
+    node = build_node_config(resolve(Role.ALL_IN_ONE, derby, environ={}))
+    assert (node.metadata_uri, node.deep_storage) == (None, "/srv/segments")
+
+
+@pytest.mark.parametrize(("properties", "message"), [
+    ({"druid.metadata.storage.type": "mysql"}, "druid.metadata.storage.type: [mysql] is not supported"),
+    ({"druid.metadata.storage.type": "postgresql"}, "druid.metadata.storage.connector.connectURI: required"),
+    ({"druid.storage.type": "hdfs"}, "druid.storage.type: [hdfs] is not supported"),
+    ({"druid.storage.type": "s3"}, "druid.storage.bucket: required"),
+    ({"druid.plaintextPort": "http"}, "druid.plaintextPort: [http] is not a whole number"),
+    ({"druid.emitter": "kafka"}, "druid.emitter: Input should be"),
+    ({"druid.emitter": "http"}, "druid.emitter.http.recipientBaseUrl: the http emitter needs"),
+    ({"sluice.leader.renewPeriod": "PT10S"}, "sluice.leader.renewPeriod: must be at most half"),
+    ({"druid.supervisor.unhealthinessThreshold": "0"}, "druid.supervisor.unhealthinessThreshold: [0] must be at least 1"),
+])
+def test_a_setting_that_cannot_be_used_is_refused_naming_its_key(properties: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        build_node_config(resolve(Role.ALL_IN_ONE, properties, environ={}))
+    assert str(refused.value).startswith(message)
+
+
+def test_keys_sluice_does_not_read_are_named_with_what_was_probably_meant() -> None:
+    properties = resolve(Role.ALL_IN_ONE, {"druid.indexer.queue.maxsize": "3", "druid.zk.service.host": "zk",
+                                           "druid.auth.authenticatorChain": '["allowAll"]', "sluice.workdir": "x"},
+                         environ={"druid_processing_numThreads": "2"})
+    assert properties.unknown() == ["druid.indexer.queue.maxsize (did you mean druid.indexer.queue.maxSize?)",
+                                    "druid.processing.numThreads", "druid.zk.service.host",
+                                    "sluice.workdir (did you mean sluice.workDir?)"]

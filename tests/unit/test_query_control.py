@@ -19,7 +19,7 @@ import pytest
 
 from sluice.broker.errors import SqlError
 from sluice.broker.scheduler import QueryLimits
-from sluice.security.config import ConfigError
+from sluice.config import ConfigError
 from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
 from sluice.server.node import Node, NodeConfig
 from sluice.server.roles import Role
@@ -49,7 +49,7 @@ def test_query_limits_are_read_from_druids_keys() -> None:
     assert QueryLimits.from_properties({"druid.server.http.defaultQueryTimeout": "1000",
                                         "druid.server.http.maxQueryTimeout": "60000",
                                         "druid.query.scheduler.numThreads": "4"}) == QueryLimits(1_000, 60_000, 4)
-    with pytest.raises(ConfigError, match=r"druid.query.scheduler.numThreads: \[0\] is not a whole number"):
+    with pytest.raises(ConfigError, match=r"druid.query.scheduler.numThreads: \[0\] must be at least 1"):
         QueryLimits.from_properties({"druid.query.scheduler.numThreads": "0"})
 
 

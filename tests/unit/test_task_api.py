@@ -89,7 +89,7 @@ def test_the_overlords_druid_settings_reach_the_node_config(argv, expected):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["overlord", "--indexer-queue-max-size", "0"], "druid.indexer.queue.maxSize must be at least 1, not 0"),
+    (["overlord", "--indexer-queue-max-size", "0"], "druid.indexer.queue.maxSize: [0] must be at least 1"),
     (["start", "--supervisor-unhealthiness-threshold", "5", "--supervisor-max-stored-exception-events", "3"],
      "maxStoredExceptionEvents must be >= to max(healthinessThreshold, unhealthinessThreshold)"),
 ])
