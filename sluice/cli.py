@@ -36,7 +36,10 @@ _ROLES = {
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    configure_logging(args.log_level)
+    log_format = settings(args).get("sluice.log.format", "plain") if hasattr(args, "role") else "plain"
+    if log_format not in ("plain", "json"):
+        parser.error(f"sluice.log.format: [{log_format}] is not plain or json")
+    configure_logging(args.log_level, json_format=log_format == "json")
     if args.command in _ROLES:
         from sluice.server.node import Node
 
@@ -126,6 +129,7 @@ def build_node_config(properties: Properties, emitter: EmitterConfig | None = No
     from sluice.overlord.supervisor.state_manager import SupervisorStateManagerConfig
     from sluice.security.config import AuthConfig
     from sluice.server.node import NodeConfig
+    from sluice.server.request_log import RequestLogConfig
     from sluice.server.tls import TlsConfig
 
     read, role = PropertyReader(properties), properties.role
@@ -174,7 +178,7 @@ def build_node_config(properties: Properties, emitter: EmitterConfig | None = No
                       auth=AuthConfig.from_properties(properties), tls=TlsConfig.from_properties(properties),
                       query_limits=QueryLimits.from_properties(properties),
                       max_request_bytes=read.integer("sluice.server.http.maxRequestBytes", None, minimum=0),
-                      **role_settings)
+                      request_logging=RequestLogConfig.from_properties(properties), **role_settings)
 
 
 def _directories(read: PropertyReader, key: str) -> tuple[Path, ...]:

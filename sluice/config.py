@@ -60,6 +60,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("druid.host", "the address to serve on", "127.0.0.1", "--host"),
     Setting("druid.plaintextPort", "the HTTP port",
             {Role.ALL_IN_ONE: "8888", Role.OVERLORD: "8090", Role.WORKER: "8091", Role.BROKER: "8082"}, "--port"),
+    Setting("sluice.log.format", "plain, or json: a JSON object a line, with the request and query ids", "plain"),
     Setting("sluice.workDir", "where the node keeps its metadata, segments and task files", "var", "--work-dir"),
     Setting("druid.metadata.storage.type", "derby (Druid's default; Sluice keeps an SQLite store in the work dir "
             "instead), sqlite or postgresql", "derby"),
@@ -124,6 +125,8 @@ SETTINGS: tuple[Setting, ...] = (
             "(default: as many as ask)"),
     Setting("sluice.server.http.maxRequestBytes", "a larger request body is refused with HTTP 413 (0: no limit)",
             str(DEFAULT_MAX_REQUEST_BYTES)),
+    Setting("druid.sql.planner.authorizeSystemTablesDirectly", "a sys table needs SYSTEM_TABLE READ on its name",
+            "false", None, _SERVING),
     Setting("druid.enablePlaintextPort", "Sluice's nodes call each other on the plaintext port: true only", "true"),
     Setting("druid.enableTlsPort", "serve HTTPS on druid.tlsPort too", "false"),
     Setting("druid.tlsPort", "the HTTPS port"),
@@ -133,7 +136,7 @@ BY_KEY = {setting.key: setting for setting in SETTINGS}
 #: Druid's key families read by configurations of their own: security, TLS key stores, coordinator kill,
 #: request logging, each emitter's settings
 _FAMILIES = ("druid.auth.", "druid.escalator.", "druid.server.https.", "druid.coordinator.kill.",
-             "sluice.coordinator.kill.", "druid.request.logging.", "druid.emitter.", "sluice.log.")
+             "sluice.coordinator.kill.", "druid.request.logging.", "druid.emitter.")
 #: words in a key whose value is not shown
 _SECRET_WORDS = ("password", "secret", "credential")
 

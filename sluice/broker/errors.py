@@ -69,6 +69,15 @@ class SqlError(Exception):
         return cls(message, status=status, error=error, error_code="legacyQueryException", persona=persona,
                    category=category, error_class=f"org.apache.druid.query.{java_class}")
 
+    @property
+    def interrupted(self) -> bool:
+        """A timeout or a cancellation: Druid's request log says `interrupted` for those."""
+        return self.category in ("TIMEOUT", "CANCELED")
+
+    def java_exception(self) -> str:
+        """As Druid's request log shows the exception: `class: message`."""
+        return f"{self.error_class}: {self.error_message}"
+
     def to_json(self) -> dict[str, object]:
         return {
             "error": self.error,

@@ -29,7 +29,9 @@ from sluice.timestamps import EpochInterval, add_period, parse_interval
 from sluice.broker.errors import SqlError
 from sluice.emitter import NoopEmitter, ServiceEmitter, metrics
 from sluice.metadata.store import MetadataStore
-from sluice.security.access import Forbidden
+from sluice.logs import query_ids
+from sluice.security.access import Forbidden, require_query_context
+from sluice.server.request_log import RequestLogger, native_query_stats, request_identity
 from sluice.segment.segment import DataSegment
 from sluice.server.auth import AccessDep, datasource_guard, state_guard
 
@@ -80,9 +82,10 @@ def query_dimensions(payload: Any) -> dict[str, Any]:
 
 def native_router(broker: Broker, metadata: MetadataStore,
                   emitter: ServiceEmitter = ServiceEmitter("druid/broker", "", NoopEmitter()),
-                  scheduler: QueryScheduler | None = None) -> APIRouter:
-    """`emitter` takes each native query's query/time and query/bytes; `scheduler` (shared with the SQL API) sets
-    the timeout a query runs under and how many run at once."""
+                  scheduler: QueryScheduler | None = None, request_logger: RequestLogger = RequestLogger()
+                  ) -> APIRouter:
+    """`emitter` takes each native query's query/time and query/bytes, `request_logger` a line of Druid's request
+    log; `scheduler` (shared with the SQL API) sets the timeout a query runs under and how many run at once."""
     scheduler = scheduler or QueryScheduler()
     router = APIRouter()
     runner = NativeQueryRunner(broker)
@@ -90,7 +93,9 @@ def native_router(broker: Broker, metadata: MetadataStore,
     @router.post("/druid/v2")
     @router.post("/druid/v2/")
     async def native_query(request: Request, access: AccessDep) -> Response:
-        started = time.monotonic()
+        started, started_at = time.monotonic(), time.time()
+        failure: str | None = None
+        interrupted = False
         try:
             payload = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -98,24 +103,37 @@ def native_router(broker: Broker, metadata: MetadataStore,
         context = payload.get("context") if isinstance(payload, dict) else None
         query_id = context.get("queryId") if isinstance(context, dict) else None
         headers = {"X-Druid-Query-Id": str(query_id or uuid.uuid4())}
+        if isinstance(context, dict):
+            require_query_context(access, context)
         try:
             if isinstance(payload, dict):
                 payload = {**payload, "context": scheduler.limits.context(context or {})}
-            with scheduler.running():
+            with scheduler.running(), query_ids(queryId=headers["X-Druid-Query-Id"]):
                 result = await run_in_threadpool(runner.run, payload, headers["X-Druid-Query-Id"], access)
             response = _json(result, pretty="pretty" in request.query_params, headers=headers)
         except SqlError as error:
             response = _json(error.to_json(), error.status, headers=headers)
+            failure, interrupted = error.java_exception(), error.interrupted
         except (Forbidden, RecursionError):  # answered by the app's handlers: 403, and 400 for too deep a query
             raise
         except Exception as error:  # a failure of Sluice, not of the query
             log.exception("native query %s failed", headers["X-Druid-Query-Id"])
             response = _error(500, "Unknown exception", str(error), type(error).__name__, headers)
+            failure, interrupted = f"{type(error).__name__}: {error}", False
         dimensions = {**query_dimensions(payload), metrics.ID: headers["X-Druid-Query-Id"],
                       metrics.REMOTE_ADDRESS: request.client.host if request.client else None,
                       metrics.SUCCESS: str(response.status_code == 200).lower()}
-        emitter.metric(metrics.QUERY_TIME, (time.monotonic() - started) * 1000, **dimensions)
+        millis = (time.monotonic() - started) * 1000
+        emitter.metric(metrics.QUERY_TIME, millis, **dimensions)
         emitter.metric(metrics.QUERY_BYTES, len(response.body), **dimensions)
+        if isinstance(payload, dict):
+            request_logger.log_native(
+                dimensions[metrics.REMOTE_ADDRESS],
+                {**payload, "context": {**(context if isinstance(context, dict) else {}),
+                                        "queryId": headers["X-Druid-Query-Id"]}},
+                native_query_stats(millis, len(response.body), response.status_code == 200, request_identity(request),
+                                   exception=failure, interrupted=interrupted),
+                started_at)
         return response
 
     @router.delete("/druid/v2/{query_id}")

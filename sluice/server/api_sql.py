@@ -25,6 +25,9 @@ from sluice.broker.scheduler import QueryScheduler
 from sluice.broker.sql import QueryContext, SqlError
 from sluice.broker.system_tables import DRUID_SCHEMA
 from sluice.emitter import NoopEmitter, ServiceEmitter, metrics
+from sluice.logs import query_ids
+from sluice.security.access import require_query_context
+from sluice.server.request_log import RequestLogger, request_identity, sql_query_stats
 from sluice.server.auth import AccessDep
 
 _QUERY_ID_HEADER = "X-Druid-SQL-Query-Id"
@@ -51,25 +54,35 @@ def data_sources_dimension(query: str) -> str:
 
 
 def sql_router(broker: Broker, emitter: ServiceEmitter = ServiceEmitter("druid/broker", "", NoopEmitter()),
-               scheduler: QueryScheduler | None = None) -> APIRouter:
-    """`emitter` takes each query's sqlQuery/time and sqlQuery/bytes; `scheduler` (shared with the native API) sets
-    the timeout a query runs under and how many run at once."""
+               scheduler: QueryScheduler | None = None, request_logger: RequestLogger = RequestLogger()) -> APIRouter:
+    """`emitter` takes each query's sqlQuery/time and sqlQuery/bytes, `request_logger` a line of Druid's request log;
+    `scheduler` (shared with the native API) sets the timeout a query runs under and how many run at once."""
     scheduler = scheduler or QueryScheduler()
     router = APIRouter()
 
-    def emit(query: str, query_id: str, request: Request, started: float, response: Response) -> Response:
+    def emit(payload: dict[str, Any], context: dict[str, Any], query_id: str, request: Request, started: float,
+             started_at: float, response: Response, error: SqlError | None = None) -> Response:
+        remote = request.client.host if request.client else None
+        millis = (time.monotonic() - started) * 1000
         dimensions = {metrics.ID: query_id, metrics.NATIVE_QUERY_IDS: "[]",
-                      metrics.DATASOURCE: data_sources_dimension(query),
-                      metrics.REMOTE_ADDRESS: request.client.host if request.client else None,
+                      metrics.DATASOURCE: data_sources_dimension(payload["query"]), metrics.REMOTE_ADDRESS: remote,
                       metrics.SUCCESS: str(response.status_code == 200).lower()}
-        emitter.metric(metrics.SQL_QUERY_TIME, (time.monotonic() - started) * 1000, **dimensions)
+        emitter.metric(metrics.SQL_QUERY_TIME, millis, **dimensions)
         emitter.metric(metrics.SQL_QUERY_BYTES, len(response.body), **dimensions)
+        logged = {**context, "sqlQueryId": query_id, "nativeQueryIds": "[]"}
+        request_logger.log_sql(remote, {"query": payload["query"], "context": logged,
+                                        **({"parameters": payload["parameters"]} if payload.get("parameters") else {})},
+                               sql_query_stats(millis, len(response.body), response.status_code == 200,
+                                               request_identity(request), logged,
+                                               exception=None if error is None else error.java_exception(),
+                                               interrupted=error is not None and error.interrupted),
+                               started_at)
         return response
 
     @router.post("/druid/v2/sql")
     @router.post("/druid/v2/sql/")
     async def sql(request: Request, access: AccessDep) -> Response:
-        started = time.monotonic()
+        started, started_at = time.monotonic(), time.time()
         body = await request.body()
         content_type = request.headers.get("content-type", "application/json").split(";")[0].strip()
         if content_type == "text/plain":
@@ -89,11 +102,12 @@ def sql_router(broker: Broker, emitter: ServiceEmitter = ServiceEmitter("druid/b
         context = payload.get("context") or {}
         if not isinstance(context, dict):
             return _bad_request("the query \"context\" must be a JSON object")
+        require_query_context(access, context)
         # The query id is known before the query runs, so that DELETE can cancel it while it does.
         query_id = str(context.get("sqlQueryId") or uuid.uuid4())
         headers = {_QUERY_ID_HEADER: query_id}
         try:
-            with scheduler.running():
+            with scheduler.running(), query_ids(sqlQueryId=query_id):
                 result = await run_in_threadpool(
                     broker.sql, payload["query"], payload.get("parameters") or [],
                     {**scheduler.limits.context(context), "sqlQueryId": query_id}, access)
@@ -103,11 +117,11 @@ def sql_router(broker: Broker, emitter: ServiceEmitter = ServiceEmitter("druid/b
                                          stringify_arrays=QueryContext.parse(context).stringify_arrays)
         except SqlError as error:
             failed = JSONResponse(error.to_json(), status_code=error.status, headers=headers)
-            return emit(payload["query"], query_id, request, started, failed)
+            return emit(payload, context, query_id, request, started, started_at, failed, error)
         if header:
             headers["X-Druid-SQL-Header-Included"] = "yes"
-        return emit(payload["query"], query_id, request, started, Response(content, media_type=media_type,
-                                                                           headers=headers))
+        return emit(payload, context, query_id, request, started, started_at,
+                    Response(content, media_type=media_type, headers=headers))
 
     @router.delete("/druid/v2/sql/{query_id}")
     def cancel(query_id: str, access: AccessDep) -> Response:

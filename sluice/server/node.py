@@ -23,8 +23,10 @@ from sluice.broker import system_tables as sys_tables
 from sluice.broker.broker import Broker
 from sluice.broker.engine import SqlEngine
 from sluice.broker.scheduler import QueryLimits, QueryScheduler
+from sluice.coordinator.compaction import AutoCompaction
 from sluice.coordinator.duties import CleanUp, KillConfig, KillUnusedSegments, PeriodicDuty, RetentionDuty
 from sluice.broker.limits import DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RESULT_ROWS
+from sluice.config import DEFAULT_MAX_REQUEST_BYTES
 from sluice.broker.loaded import LoadedDataSources
 from sluice.broker.overlord_client import OverlordClient
 from sluice.discovery import BROKER, OVERLORD, Announcer, live_urls
@@ -43,6 +45,8 @@ from sluice.security.basic import BasicSecurityDb
 from sluice.security.config import AuthConfig
 from sluice.segment.deep_storage import DeepStorage
 from sluice.server.api_chat import chat_router
+from sluice.server.request_log import RequestIdMiddleware, RequestLogConfig, build_request_logger
+from sluice.server.api_compaction import compaction_router
 from sluice.server.api_coordinator import coordinator_router
 from sluice.server.api_metrics import metrics_router
 from sluice.server.api_native import native_router
@@ -71,9 +75,6 @@ from sluice.worker.worker import PeonConfig, WorkerTaskManager
 log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
-#: Druid has no such limit (Jetty reads what comes); a node holds a body in memory, so it bounds it. Task specs with
-#: inline data are the largest bodies a user sends.
-DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,8 @@ class NodeConfig:
     auth: AuthConfig = AuthConfig()
     #: druid.enableTlsPort and the rest: HTTPS on a second port; None: plaintext only (Druid's default)
     tls: TlsConfig | None = None
+    #: druid.request.logging.*: a line per query, as Druid's request loggers write it (noop by default)
+    request_logging: RequestLogConfig = RequestLogConfig()
 
     @property
     def resolved_metadata_uri(self) -> str:
@@ -184,6 +187,9 @@ class Node:
             self.lifecycle.add("worker", self._start_worker, self._stop_worker)
         if role in (Role.ALL_IN_ONE, Role.BROKER):
             self.lifecycle.add("broker", self._start_broker, self._stop_broker)
+        self.app.add_middleware(RequestIdMiddleware)  # added last, so outermost: 401s and redirects carry an id too
+        self.request_logger = build_request_logger(config.request_logging)
+        self.lifecycle.add("request logger", lambda: None, self.request_logger.close, stage=Stage.INIT)
         self.lifecycle.add("http", self._start_http, self._stop_http, stage=Stage.SERVER)
         self.lifecycle.add("announcement", self._announce, self._unannounce, stage=Stage.ANNOUNCEMENTS)
 
@@ -330,9 +336,16 @@ class Node:
         if kill.on:
             killing = KillUnusedSegments(self.metadata, self.task_queue.add, self.task_queue.active, kill)
             self.duties.append(PeriodicDuty("kill", kill.period.total_seconds(), killing.run_once))
+        runner = self.task_runner
+        slots = (lambda: sum(w["worker"]["capacity"] for w in runner.workers())) \
+            if isinstance(runner, HttpRemoteTaskRunner) else (lambda: self.config.capacity)
+        compacting = AutoCompaction(self.metadata, self.task_queue.add, self.task_queue.active,
+                                    self.task_queue.lockbox.find_locks_for_task, slots)
+        self.duties.append(PeriodicDuty("compaction", self.config.coordinator_period_s, compacting.run_once))
         for duty in self.duties:
             duty.start()
         self.app.include_router(rules_router(self.metadata))
+        self.app.include_router(compaction_router(self.metadata, compacting))
 
     def _stop_duties(self) -> None:
         for duty in self.duties:
@@ -371,8 +384,8 @@ class Node:
                                  realtime=overlord.realtime_views, supervisors=overlord.supervisor_statuses,
                                  tasks=overlord.task_statuses, loaded=self.loaded)
         scheduler = QueryScheduler(self.config.query_limits)
-        self.app.include_router(sql_router(self.broker, self.emitter, scheduler))
-        self.app.include_router(native_router(self.broker, self.metadata, self.emitter, scheduler))
+        self.app.include_router(sql_router(self.broker, self.emitter, scheduler, self.request_logger))
+        self.app.include_router(native_router(self.broker, self.metadata, self.emitter, scheduler, self.request_logger))
 
     def _stop_broker(self) -> None:
         if self.loaded is not None:

@@ -5,6 +5,7 @@ straight into a SQLite metadata store, as the broker finds them after a handoff.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_sh
 from sluice.server.api_native import native_router
 from sluice.server.api_sql import sql_router
 from sluice.server.http_server import HttpServer
+from sluice.server.request_log import RequestIdMiddleware, RequestLogConfig, build_request_logger
 from tests.integration.harness import free_port
 
 DAY = datetime(2015, 9, 12, tzinfo=UTC)
@@ -76,6 +78,7 @@ class Cluster:
     http: httpx.Client
     visible_ids: list[str]
     overshadowed_id: str
+    request_logs: Path
 
     def native(self, query: dict[str, Any], status: int = 200) -> Any:
         response = self.http.post("/druid/v2/", json=query)
@@ -113,13 +116,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     assert metadata.commit_segments_and_metadata(segments, "wiki", None, None).success
     broker = Broker(metadata, LocalDeepStorage(work), work / "cache")
     app = FastAPI()
-    app.include_router(native_router(broker, metadata))
-    app.include_router(sql_router(broker))
+    request_logger = build_request_logger(RequestLogConfig(type="file", dir=work / "request-logs"))
+    app.include_router(native_router(broker, metadata, request_logger=request_logger))
+    app.include_router(sql_router(broker, request_logger=request_logger))
+    app.add_middleware(RequestIdMiddleware)
     port = free_port()
     server = HttpServer(app, "127.0.0.1", port)
     server.start()
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
-        yield Cluster(http, sorted(str(s.id) for s in segments), str(old.id))
+        yield Cluster(http, sorted(str(s.id) for s in segments), str(old.id), work / "request-logs")
     server.stop()
     metadata.close()
 
@@ -446,3 +451,36 @@ def test_coordinator_and_metadata_data_source_endpoints(cluster: Cluster) -> Non
     used = cluster.http.get("/druid/coordinator/v1/metadata/datasources/wiki/segments").json()
     assert used == sorted(cluster.visible_ids + [cluster.overshadowed_id])
     assert cluster.http.get("/druid/coordinator/v1/metadata/datasources/nope/segments").status_code == 404
+
+
+# ------------------------------------------------------------------------------------------------ request log
+
+
+def test_each_query_gets_a_line_of_druids_request_log_and_each_request_an_id(cluster: Cluster) -> None:
+    def lines() -> list[list[str]]:
+        return [line.split("\t") for f in sorted(cluster.request_logs.glob("*.log")) for line in f.read_text().splitlines()]
+
+    before = len(lines())
+    native = {"queryType": "timeseries", "dataSource": "wiki", "granularity": "all", "intervals": ["2015/2016"],
+              "aggregations": [{"type": "count", "name": "rows"}], "context": {"queryId": "native-1"}}
+    answered = cluster.http.post("/druid/v2/", json=native, headers={"X-Request-Id": "trace-42"})
+    assert answered.headers["X-Request-Id"] == "trace-42"
+    sql = cluster.http.post("/druid/v2/sql", json={"query": "SELECT COUNT(*) AS n FROM wiki",
+                                                   "context": {"sqlQueryId": "sql-1"}})
+    assert len(sql.headers["X-Request-Id"]) == 32  # made up: the request had none
+    bad = cluster.http.post("/druid/v2/sql", json={"query": "SELECT nope FROM wiki"})
+    assert bad.status_code == 400
+
+    (native_line, sql_line, bad_line) = lines()[before:]
+    assert native_line[1] == "127.0.0.1" and len(native_line) == 4
+    stats, query = json.loads(native_line[2]), json.loads(native_line[3])
+    assert (stats["success"], stats["identity"], query["queryType"], query["context"]["queryId"]) == (
+        True, "allowAll", "timeseries", "native-1")
+    assert stats["query/bytes"] == len(answered.content)
+    assert sql_line[2] == "" and len(sql_line) == 5
+    stats, query = json.loads(sql_line[3]), json.loads(sql_line[4])
+    assert (stats["success"], stats["sqlQuery/bytes"], query["query"], query["context"]["sqlQueryId"]) == (
+        True, len(sql.content), "SELECT COUNT(*) AS n FROM wiki", "sql-1")
+    stats = json.loads(bad_line[3])
+    assert stats["success"] is False and "nope" in stats["exception"]
+    assert datetime.strptime(native_line[0], "%Y-%m-%dT%H:%M:%S.%fZ").year >= 2026
