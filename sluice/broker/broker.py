@@ -49,7 +49,7 @@ from sluice.segment.deep_storage import DeepStorage
 from sluice.segment.segment import ETERNITY, DataSegment, Interval, SegmentId
 from sluice.segment.timeline import VersionedIntervalTimeline
 from sluice.security.access import ALLOW_ALL_PERMISSIONS, Permissions, readable, require
-from sluice.security.resources import STATE, Action, Resource
+from sluice.security.resources import STATE, Action, Resource, ResourceType
 
 if TYPE_CHECKING:
     from sluice.realtime import RealtimeView
@@ -166,6 +166,9 @@ class Broker:
             require(permissions, Resource.datasource(source), Action.READ)
         files = {source: self._files(snapshot, source, translation.intervals[source])
                  for source in translation.data_sources}
+        for table in translation.system_tables:  # asked only under druid.sql.planner.authorizeSystemTablesDirectly
+            if table.schema == sys_tables.SYS_SCHEMA:
+                require(permissions, Resource(table.name, ResourceType.SYSTEM_TABLE), Action.READ)
         system = {table: self._system_table(table, snapshot, permissions) for table in translation.system_tables}
         database = None
         if len(translation.data_sources) == 1:  # a loaded data source holds its published rows only

@@ -11,11 +11,11 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass
-from typing import Iterable, Protocol
+from typing import Any, Iterable, Mapping, Protocol
 
 from sluice.security.basic import BasicSecurityDb
 from sluice.security.config import ALLOW_ALL, AuthConfig
-from sluice.security.resources import Action, Resource, ResourceAction
+from sluice.security.resources import Action, Resource, ResourceAction, ResourceType
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,12 @@ ALLOW_ALL_PERMISSIONS: Permissions = _AllowAll()
 def require(permissions: Permissions, resource: Resource, action: Action, message: str = "Unauthorized") -> None:
     if not permissions.allows(resource, action):
         raise Forbidden(message)
+
+
+def require_query_context(permissions: Permissions, context: Mapping[str, Any]) -> None:
+    """QUERY_CONTEXT WRITE on every key the caller set (asked only under druid.auth.authorizeQueryContextParams)."""
+    for key in sorted(context):
+        require(permissions, Resource(key, ResourceType.QUERY_CONTEXT), Action.WRITE)
 
 
 def readable(permissions: Permissions, data_sources: Iterable[str]) -> list[str]:

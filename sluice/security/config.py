@@ -8,7 +8,7 @@ here; a wrong value is a ConfigError that names its key.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from sluice.config import ConfigError, PropertyReader
 
@@ -69,8 +69,23 @@ class AuthConfig:
     unsecured_paths: tuple[str, ...] = ()
     #: druid.auth.allowUnauthenticatedHttpOptions
     allow_unauthenticated_http_options: bool = False
+    #: druid.auth.authorizeQueryContextParams: each query context key a caller sets needs QUERY_CONTEXT WRITE on it,
+    #: but those in druid.auth.unsecuredContextKeys, and, when druid.auth.securedContextKeys is set, all but those
+    authorize_query_context_params: bool = False
+    unsecured_context_keys: frozenset[str] = frozenset()
+    secured_context_keys: frozenset[str] | None = None
+    #: druid.sql.planner.authorizeSystemTablesDirectly: a sys table needs SYSTEM_TABLE READ on its name, besides
+    #: showing only the rows of readable data sources
+    authorize_system_tables_directly: bool = False
     #: the druid.auth.* and druid.escalator.* properties this was read from, for the peons a worker starts
     properties: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def context_keys_to_authorize(self, keys: Iterable[str]) -> set[str]:
+        """Druid's AuthConfig.contextKeysToAuthorize: the keys Druid itself sets are never checked."""
+        if not self.authorize_query_context_params:
+            return set()
+        checked = set(keys) - _ALLOWED_CONTEXT_KEYS - self.unsecured_context_keys
+        return checked if self.secured_context_keys is None else checked & self.secured_context_keys
 
     @property
     def open(self) -> bool:
@@ -94,8 +109,13 @@ class AuthConfig:
         if escalator.type == "basic" and escalator.authorizer_name not in authorizers:
             raise ConfigError(f"druid.escalator.authorizerName: no authorizer named [{escalator.authorizer_name}] "
                               "in druid.auth.authorizers")
+        secured = reader.raw("druid.auth.securedContextKeys")
         config = cls(chain, authorizers, escalator, tuple(reader.names("druid.auth.unsecuredPaths", [])),
                      reader.boolean("druid.auth.allowUnauthenticatedHttpOptions", False),
+                     reader.boolean("druid.auth.authorizeQueryContextParams", False),
+                     frozenset(reader.names("druid.auth.unsecuredContextKeys", [])),
+                     None if secured is None else frozenset(reader.names("druid.auth.securedContextKeys", [])),
+                     reader.boolean("druid.sql.planner.authorizeSystemTablesDirectly", False),
                      {k: v for k, v in properties.items() if k.startswith(_PREFIXES)})
         reader.warn_unread(_PREFIXES)
         return config
@@ -153,3 +173,5 @@ def _escalator(reader: PropertyReader) -> Escalator:
 
 
 _PREFIXES = ("druid.auth.", "druid.escalator.")
+#: context keys Druid sets itself before the check (its AuthConfig.ALLOWED_CONTEXT_KEYS)
+_ALLOWED_CONTEXT_KEYS = frozenset({"sqlStringifyArrays", "sqlQueryId"})

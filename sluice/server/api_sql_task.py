@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from sluice.broker.errors import SqlError
 from sluice.metadata.store import EntryExistsError, MetadataStore
 from sluice.overlord.task_queue import QueueFull, TaskQueue
+from sluice.security.access import require_query_context
 from sluice.security.resources import EXTERNAL, Action, Resource
 from sluice.server.auth import Access, AccessDep
 from sluice.spec.errors import SpecError
@@ -35,6 +36,7 @@ def sql_task_router(queue: TaskQueue, metadata: MetadataStore) -> APIRouter:
         context = payload.get("context") or {}
         if not isinstance(context, dict):
             raise SqlError("the query \"context\" must be a JSON object")
+        require_query_context(access, context)
         parameters = payload.get("parameters") or []
         if not isinstance(parameters, list) or not all(isinstance(p, dict) for p in parameters):
             raise SqlError("\"parameters\" must be a JSON array of {\"type\", \"value\"} objects")

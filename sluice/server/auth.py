@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sluice.security.config import AuthConfig
 from sluice.security.access import AuthenticationResult, Forbidden, Security, Unauthenticated, readable, require
-from sluice.security.resources import SECURITY, STATE, Action, Resource, ResourceAction
+from sluice.security.resources import SECURITY, STATE, Action, Resource, ResourceAction, ResourceType
 
 #: always served without authentication (Druid's UNSECURED_PATHS of the overlord and coordinator)
 UNSECURED_PATHS = ("/status/health", "/druid/indexer/v1/isLeader", "/druid/coordinator/v1/isLeader")
@@ -72,7 +72,14 @@ class Access:
         self._who = who
 
     def allows(self, resource: Resource, action: Action) -> bool:
+        """Druid asks the authorizer about system tables and query context keys only where its config says so: the
+        others are allowed without asking."""
         if self._security is None or self._security.config.open:
+            return True
+        config = self._security.config
+        if resource.type is ResourceType.SYSTEM_TABLE and not config.authorize_system_tables_directly:
+            return True
+        if resource.type is ResourceType.QUERY_CONTEXT and not config.context_keys_to_authorize([resource.name]):
             return True
         return self._who is not None and self._security.authorize(self._who, ResourceAction(resource, action))
 

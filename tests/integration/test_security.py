@@ -213,6 +213,50 @@ def test_each_user_reads_and_writes_only_the_data_sources_their_roles_permit(sec
         assert bob.get("/druid/v2/datasources").status_code == 401
 
 
+@pytest.fixture(scope="module")
+def strict(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:  # noqa: ARG001 - Spark first
+    """Basic security with Druid's two opt-in checks: system tables and query context keys are authorized too."""
+    properties = {**PROPERTIES, "druid.sql.planner.authorizeSystemTablesDirectly": "true",
+                  "druid.auth.authorizeQueryContextParams": "true", "druid.auth.unsecuredContextKeys": '["priority"]'}
+    node = Node(NodeConfig(port=free_port(), work_dir=tmp_path_factory.mktemp("strict"),
+                           auth=AuthConfig.from_properties(properties)))
+    node.start()
+    yield node
+    node.stop()
+
+
+def test_system_tables_and_context_keys_need_their_own_permissions_where_druid_asks_for_them(
+        secure: Node, strict: Node) -> None:
+    grants = [permission(".*", "READ"), permission("segments", "READ", "SYSTEM_TABLE"),
+              permission("timeout", "WRITE", "QUERY_CONTEXT")]
+    native = {"queryType": "timeseries", "dataSource": "wiki_edits", "granularity": "all",
+              "intervals": ["2024-01-01/2025-01-01"], "aggregations": [{"type": "count", "name": "n"}]}
+    with client(strict, "admin", "admin-pw") as admin:
+        create_user(admin, "carol", "carol-pw", grants)
+        run(admin, inline("wiki_edits", rows(12, seed=3)))
+    with client(strict, "carol", "carol-pw") as carol:
+        assert sql(carol, "SELECT COUNT(*) AS n FROM sys.segments").status_code == 200
+        assert (sql(carol, "SELECT COUNT(*) FROM sys.tasks").status_code,
+                sql(carol, "SELECT COUNT(*) FROM sys.tasks").json()) == (403, FORBIDDEN)
+        assert sql(carol, "SELECT COUNT(*) FROM INFORMATION_SCHEMA.TABLES").status_code == 200  # not a sys table
+
+        def with_context(context: dict[str, Any]) -> int:
+            return carol.post("/druid/v2/sql", json={"query": "SELECT COUNT(*) FROM wiki_edits",
+                                                     "context": context}).status_code
+
+        assert with_context({"timeout": 60_000}) == 200  # granted
+        assert with_context({"priority": 5, "sqlQueryId": "carol-1"}) == 200  # unsecured, and set by Druid itself
+        assert with_context({"useCache": False}) == 403
+        assert with_context({"timeout": 60_000, "useCache": False}) == 403
+        assert carol.post("/druid/v2", json={**native, "context": {"timeout": 60_000}}).json()[0]["result"]["n"] == 12
+        assert carol.post("/druid/v2", json={**native, "context": {"useCache": False}}).status_code == 403
+    with client(secure, "admin", "admin-pw") as admin:  # where Druid does not ask, neither is checked
+        create_user(admin, "dave", "dave-pw", [permission(".*", "READ")])
+    with client(secure, "dave", "dave-pw") as dave:
+        assert sql(dave, "SELECT COUNT(*) FROM sys.tasks").status_code == 200
+        assert dave.post("/druid/v2/sql", json={"query": "SELECT 1", "context": {"useCache": False}}).status_code == 200
+
+
 def test_the_security_api_answers_in_druids_shapes(secure: Node) -> None:
     with client(secure, "admin", "admin-pw") as admin:
         create_user(admin, "carol", "carol-pw", [permission("sales", "READ"), permission("STATE", "READ", "STATE")])
