@@ -123,6 +123,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("druid.server.http.maxQueryTimeout", "the largest timeout a query may ask for (ms; default: none)"),
     Setting("druid.query.scheduler.numThreads", "queries running at once; more are refused with HTTP 429 "
             "(default: as many as ask)"),
+    Setting("druid.query.scheduler.laning.strategy", "none, or hilo: queries of a negative priority share at most "
+            "druid.query.scheduler.laning.maxLowPercent of numThreads", "none", None, _SERVING),
+    Setting("druid.query.scheduler.laning.maxLowPercent", "the hilo strategy's share of the slots for low-priority "
+            "queries (1-100)", None, None, _SERVING),
     Setting("sluice.server.http.maxRequestBytes", "a larger request body is refused with HTTP 413 (0: no limit)",
             str(DEFAULT_MAX_REQUEST_BYTES)),
     Setting("druid.sql.planner.authorizeSystemTablesDirectly", "a sys table needs SYSTEM_TABLE READ on its name",

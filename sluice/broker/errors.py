@@ -60,6 +60,13 @@ class SqlError(Exception):
                            "CAPACITY_EXCEEDED", "QueryCapacityExceededException")
 
     @classmethod
+    def lane_capacity_exceeded(cls, lane: str, capacity: int | None) -> SqlError:
+        """More queries of one lane at once than its share of the slots (Druid: 429, as for the total)."""
+        return cls._legacy(f"Too many concurrent queries for lane '{lane}', query capacity of {capacity} exceeded. "
+                           "Please try your query again later.", 429, "Query capacity exceeded", "OPERATOR",
+                           "CAPACITY_EXCEEDED", "QueryCapacityExceededException")
+
+    @classmethod
     def internal(cls, message: str) -> SqlError:
         """A failure that is not the query's fault."""
         return cls(message, status=500, error_code="general", persona="ADMIN", category="UNCATEGORIZED")

@@ -108,7 +108,7 @@ def native_router(broker: Broker, metadata: MetadataStore,
         try:
             if isinstance(payload, dict):
                 payload = {**payload, "context": scheduler.limits.context(context or {})}
-            with scheduler.running(), query_ids(queryId=headers["X-Druid-Query-Id"]):
+            with scheduler.running(context), query_ids(queryId=headers["X-Druid-Query-Id"]):
                 result = await run_in_threadpool(runner.run, payload, headers["X-Druid-Query-Id"], access)
             response = _json(result, pretty="pretty" in request.query_params, headers=headers)
         except SqlError as error:

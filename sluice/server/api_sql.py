@@ -107,7 +107,7 @@ def sql_router(broker: Broker, emitter: ServiceEmitter = ServiceEmitter("druid/b
         query_id = str(context.get("sqlQueryId") or uuid.uuid4())
         headers = {_QUERY_ID_HEADER: query_id}
         try:
-            with scheduler.running(), query_ids(sqlQueryId=query_id):
+            with scheduler.running(context), query_ids(sqlQueryId=query_id):
                 result = await run_in_threadpool(
                     broker.sql, payload["query"], payload.get("parameters") or [],
                     {**scheduler.limits.context(context), "sqlQueryId": query_id}, access)

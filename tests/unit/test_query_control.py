@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sluice.broker.errors import SqlError
-from sluice.broker.scheduler import QueryLimits
+from sluice.broker.scheduler import QueryLimits, QueryScheduler
 from sluice.config import ConfigError
 from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
 from sluice.server.node import Node, NodeConfig
@@ -51,6 +52,47 @@ def test_query_limits_are_read_from_druids_keys() -> None:
                                         "druid.query.scheduler.numThreads": "4"}) == QueryLimits(1_000, 60_000, 4)
     with pytest.raises(ConfigError, match=r"druid.query.scheduler.numThreads: \[0\] must be at least 1"):
         QueryLimits.from_properties({"druid.query.scheduler.numThreads": "0"})
+
+
+def test_hilo_laning_keeps_low_priority_queries_to_their_share_of_the_slots() -> None:
+    """Druid's QuerySchedulerTest: 5 slots, 40% for the low lane, so 2 (rounded up)."""
+    limits = QueryLimits.from_properties({"druid.query.scheduler.numThreads": "5",
+                                          "druid.query.scheduler.laning.strategy": "hilo",
+                                          "druid.query.scheduler.laning.maxLowPercent": "40"})
+    assert (limits.max_running, limits.low_lane_capacity) == (5, 2)
+    scheduler = QueryScheduler(limits)
+    with ExitStack() as held:
+        for _ in range(2):
+            held.enter_context(scheduler.running({"priority": -1}))
+        with pytest.raises(SqlError) as refused, scheduler.running({"priority": "-5"}):
+            pass
+        assert (refused.value.status, refused.value.error_message) == (
+            429, "Too many concurrent queries for lane 'low', query capacity of 2 exceeded. "
+                 "Please try your query again later.")
+        for context in ({}, {"priority": 10}, None):  # interactive queries take the other slots
+            held.enter_context(scheduler.running(context))
+        with pytest.raises(SqlError) as refused, scheduler.running({}):
+            pass
+        assert refused.value.error_message.startswith("Too many concurrent queries, total query capacity of 5")
+    with scheduler.running({"priority": -1}), scheduler.running({"priority": -1}):  # every slot was given back
+        pass
+    with pytest.raises(SqlError, match=r"\[priority\] must be an integer"), scheduler.running({"priority": "high"}):
+        pass
+
+
+@pytest.mark.parametrize(("properties", "message"), [
+    ({"druid.query.scheduler.laning.strategy": "manual"}, "druid.query.scheduler.laning.strategy: [manual] is not"),
+    ({"druid.query.scheduler.laning.strategy": "hilo", "druid.query.scheduler.laning.maxLowPercent": "10"},
+     "druid.query.scheduler.laning.strategy: hilo shares out druid.query.scheduler.numThreads"),
+    ({"druid.query.scheduler.numThreads": "4", "druid.query.scheduler.laning.strategy": "hilo"},
+     "druid.query.scheduler.laning.maxLowPercent: a percentage"),
+    ({"druid.query.scheduler.numThreads": "4", "druid.query.scheduler.laning.strategy": "hilo",
+      "druid.query.scheduler.laning.maxLowPercent": "101"}, "druid.query.scheduler.laning.maxLowPercent: a percentage"),
+])
+def test_laning_settings_that_cannot_work_are_refused_by_key(properties: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        QueryLimits.from_properties(properties)
+    assert str(refused.value).startswith(message)
 
 
 @pytest.fixture
