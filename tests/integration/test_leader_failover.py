@@ -1,6 +1,7 @@
 """Two overlords against one metadata store: one leads (isLeader 200, the other 404 and a 307 to it), and when the
 leader is killed with SIGKILL while a supervisor's tasks read, the standby takes over within twice the lease, adopts
-the running peons and the supervisor, and the data stays exact: three leaders killed, 0 rows lost, 0 doubled."""
+the running peons and the supervisor, and the data stays exact: three leaders killed, 0 rows lost, 0 doubled; the
+coordinator duties run on the last one."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def leads(process: SluiceProcess) -> bool:
 @pytest.mark.kafka
 def test_a_standby_takes_over_from_a_killed_leader_and_the_data_stays_exact(kafka_broker, tmp_path: Path) -> None:
     config = tmp_path / "runtime.properties"
-    config.write_text(f"sluice.leader.leaseDuration=PT{LEASE_S:.0f}S\nsluice.leader.renewPeriod=PT1S\n")
+    config.write_text(f"sluice.leader.leaseDuration=PT{LEASE_S:.0f}S\nsluice.leader.renewPeriod=PT1S\n"
+                      "druid.coordinator.period=PT1S\n")
     uri = f"sqlite:///{tmp_path / 'metadata.db'}"
 
     def overlord(name: str) -> SluiceProcess:
@@ -87,6 +89,17 @@ def test_a_standby_takes_over_from_a_killed_leader_and_the_data_stays_exact(kafk
 
             assert wait_for(lambda: total() == valid and total(), 120, "the broker to see every row") == valid
             client.post(f"{TASKS}/supervisor/wiki_failover/terminate")
+
+            # the coordinator duties moved with the leadership: the fourth leader applies a rule set now
+            assert client.post("/druid/coordinator/v1/rules/wiki_failover", json=[{"type": "dropForever"}]
+                               ).status_code == 200
+
+            def active_segments() -> int:
+                return broker.post("/druid/v2/sql", json={"query": "SELECT COUNT(*) AS n FROM sys.segments WHERE "
+                                                                   "datasource = 'wiki_failover' AND is_active = 1"
+                                                          }).json()[0]["n"]
+
+            assert wait_for(lambda: active_segments() == 0, 60, "the retention duty to drop every segment") is True
     finally:
         for process in [*others, *overlords]:
             process.stop()
