@@ -58,10 +58,11 @@ class Lifecycle:
     def request_stop(self) -> None:
         self._stop_requested.set()
 
-    def join(self) -> None:
-        """Block until SIGTERM, SIGINT (Ctrl-C) or `request_stop`, then stop everything, gracefully: tasks stop at a
-        point they resume from. A second signal while that runs exits at once (what was not committed is read
-        again by the tasks' next run, so nothing is lost or doubled)."""
+    def handle_signals(self) -> None:
+        """From now on, SIGTERM or SIGINT (Ctrl-C) asks for the graceful stop `join` carries out, and a second one
+        exits at once (what was not committed is read again by the tasks' next run, so nothing is lost or doubled).
+        Called before `start` by a command, so that a signal during a slow start (Spark's) is not the default
+        action's abrupt exit; in the main thread only, as Python's signal handlers are."""
         def first(signum: int, _frame: object) -> None:
             log.warning("%s: stopping gracefully (send it again to exit at once)", signal.Signals(signum).name)
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -74,6 +75,12 @@ class Lifecycle:
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, first)
+
+    def join(self) -> None:
+        """Block until a signal (see `handle_signals`, which this calls if it was not) or `request_stop`, then stop
+        everything, gracefully: tasks stop at a point they resume from."""
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, signal.SIG_IGN, None):
+            self.handle_signals()
         while not self._stop_requested.wait(0.5):
             pass
         self.stop()

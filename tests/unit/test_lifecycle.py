@@ -32,6 +32,7 @@ import sys, time
 from sluice.lifecycle import Lifecycle
 lifecycle = Lifecycle()
 lifecycle.add("slow", lambda: None, lambda: (print("stopping", flush=True), time.sleep(60)))
+lifecycle.handle_signals()
 lifecycle.start()
 print("started", flush=True)
 lifecycle.join()
