@@ -5,6 +5,7 @@ run` runs a stream job."""
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import socket
@@ -51,11 +52,12 @@ def main(argv: list[str] | None = None) -> None:
         if unknown := properties.unknown():
             log.warning("configuration keys Sluice does not read (ignored): %s", ", ".join(unknown))
         for port in (config.port, *([config.tls.port] if config.tls else [])):
-            if not _port_free(config.host, port):  # say so now, not after Spark has started
-                parser.error(f"port {port} on {config.host} is in use (another Sluice?); choose one with --port")
+            if problem := _cannot_serve(config.host, port):  # say so now, not after Spark has started
+                parser.error(problem)
         from sluice.metadata.schema import SchemaError
 
         node = Node(config)
+        node.lifecycle.handle_signals()
         try:
             node.start()
         except SchemaError as error:  # a store of a newer Sluice: said, not a traceback
@@ -81,9 +83,12 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "migrate":
         from sluice.metadata.schema import SchemaError, migrate
         from sluice.metadata.store import MetadataStore
+        from sluice.server.node import NodeConfig
 
-        try:
-            store = MetadataStore(build_node_config(settings(args)).resolved_metadata_uri)
+        read = PropertyReader(settings(args))
+        try:  # only where the store is: the rest of a node's settings need not be right to migrate
+            store = MetadataStore(NodeConfig(work_dir=Path(read.string("sluice.workDir")),
+                                             metadata_uri=metadata_uri(read)).resolved_metadata_uri)
         except ValueError as error:
             parser.error(str(error))
         try:
@@ -113,8 +118,7 @@ def main(argv: list[str] | None = None) -> None:
 def settings(args: argparse.Namespace) -> Properties:
     """A role's effective settings: defaults, its --config file, the environment, its flags."""
     flags = {key: ("true" if value is True else str(value)) for key, value in vars(args).items() if key in BY_KEY}
-    file_name, file = args.config
-    return resolve(args.role, file, file_name, os.environ, flags)
+    return resolve(args.role, args.config or [], os.environ, flags)
 
 
 def node_config(args: argparse.Namespace) -> NodeConfig:
@@ -154,7 +158,9 @@ def build_node_config(properties: Properties, emitter: EmitterConfig | None = No
                               "that a leader renews before its lease runs out")
         role_settings |= {"leader_lease_s": lease, "leader_renew_s": renew, "kill": KillConfig.from_properties(properties),
                           "coordinator_period_s": read.duration("druid.coordinator.period",
-                                                                timedelta(seconds=60)).total_seconds()}
+                                                                timedelta(seconds=60)).total_seconds(),
+                          "indexing_period_s": read.duration("druid.coordinator.period.indexingPeriod",
+                                                             timedelta(minutes=30)).total_seconds()}
     if role is Role.OVERLORD:
         strategy = read.string("sluice.indexer.selectStrategy", "equalDistribution")
         if strategy not in ("equalDistribution", "fillCapacity"):
@@ -193,14 +199,17 @@ def _directories(read: PropertyReader, key: str) -> tuple[Path, ...]:
     return tuple(Path(d) for d in directories)
 
 
-def _port_free(host: str, port: int) -> bool:
+def _cannot_serve(host: str, port: int) -> str | None:
+    """Why the node could not listen on `host`:`port`, or None when it can."""
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
-        except OSError:
-            return False
-    return True
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                return f"port {port} on {host} is in use (another Sluice?); choose one with --port"
+            return f"cannot listen on {host}:{port} (druid.host, --host): {error.strerror}"
+    return None
 
 
 def runtime_properties(path: str) -> tuple[str, dict[str, str]]:
@@ -293,8 +302,8 @@ def _add_role_options(command: argparse.ArgumentParser, role: Role) -> None:
     """--config, --emitter, and a flag for each setting the role has, named in its help; a flag not given leaves the
     setting to the file, the environment or the default (see sluice/config.py)."""
     command.set_defaults(role=role)
-    command.add_argument("--config", type=runtime_properties, default=("", {}), metavar="FILE",
-                         help="a Druid runtime.properties file: Druid's keys (druid.auth.*, druid.metadata.storage.*, "
+    command.add_argument("--config", type=runtime_properties, action="append", metavar="FILE",
+                         help="a Druid runtime.properties file, or several (common first: the later wins): Druid's keys (druid.auth.*, druid.metadata.storage.*, "
                               "druid.storage.*, druid.server.http.*, druid.indexer.*, druid.worker.*…) and Sluice's "
                               "(sluice.*); see `sluice config show`. druid_* / sluice_* environment variables "
                               "override it (druid_worker_capacity=4), flags override both")

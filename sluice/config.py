@@ -17,11 +17,11 @@ import difflib
 import json
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from sluice.broker.limits import DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RESULT_ROWS
 from sluice.periods import parse_duration
@@ -113,8 +113,22 @@ SETTINGS: tuple[Setting, ...] = (
             "600000", "--supervisor-idle-config-inactive-after-millis", _LEADING),
     Setting("druid.indexer.queue.maxSize", "the most active tasks; more are refused with HTTP 429", str(2**31 - 1),
             "--indexer-queue-max-size", _LEADING),
-    Setting("druid.coordinator.period", "how often the coordinator duties (retention, kill, clean-up) run", "PT60S",
+    Setting("druid.coordinator.period", "how often the retention rules are applied", "PT60S",
             None, _LEADING),
+    Setting("druid.coordinator.period.indexingPeriod", "how often auto-compaction submits compact tasks", "PT1800S",
+            None, _LEADING),
+    Setting("druid.coordinator.kill.on", "delete unused segments (rows and files) past their retention", "false", None,
+            _LEADING),
+    Setting("druid.coordinator.kill.period", "how often the kill duty and the clean-up run", "P1D", None, _LEADING),
+    Setting("druid.coordinator.kill.durationToRetain", "unused segments ending before this long ago are killed",
+            "P90D", None, _LEADING),
+    Setting("druid.coordinator.kill.bufferPeriod", "…and marked unused before this long ago", "P30D", None, _LEADING),
+    Setting("druid.coordinator.kill.maxSegments", "segments one kill task deletes at most", "100", None, _LEADING),
+    Setting("druid.coordinator.kill.pendingSegments.on", "delete pending segments no task can publish any more",
+            "true", None, _LEADING),
+    Setting("sluice.coordinator.kill.orphanFiles.on", "delete files in deep storage that no segment names", "true",
+            None, _LEADING),
+    Setting("sluice.coordinator.kill.orphanFiles.durationToRetain", "…once they are this old", "P1D", None, _LEADING),
     Setting("sluice.leader.leaseDuration", "overlords compete for a lease of this length in the metadata store; a "
             "standby takes over at most this long after the leader died", "PT15S", None, _LEADING),
     Setting("sluice.leader.renewPeriod", "how often the leader renews its lease (at most half of it)", "PT3S", None,
@@ -134,15 +148,17 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("druid.enablePlaintextPort", "Sluice's nodes call each other on the plaintext port: true only", "true"),
     Setting("druid.enableTlsPort", "serve HTTPS on druid.tlsPort too", "false"),
     Setting("druid.tlsPort", "the HTTPS port"),
+    Setting("druid.server.https.keyStorePath", "the TLS port's PKCS #12 key store"),
+    Setting("druid.server.https.keyStoreType", "pkcs12 (convert a JKS one with keytool)", "pkcs12"),
+    Setting("druid.server.https.keyStorePassword", "the key store's password (or Druid's password provider JSON)"),
 )
 BY_KEY = {setting.key: setting for setting in SETTINGS}
 
-#: Druid's key families read by configurations of their own: security, TLS key stores, coordinator kill,
-#: request logging, each emitter's settings
-_FAMILIES = ("druid.auth.", "druid.escalator.", "druid.server.https.", "druid.coordinator.kill.",
-             "sluice.coordinator.kill.", "druid.request.logging.", "druid.emitter.")
-#: words in a key whose value is not shown
-_SECRET_WORDS = ("password", "secret", "credential")
+#: Druid's key families whose configurations warn about the keys of theirs they do not read: security, request
+#: logging, each emitter's settings
+_FAMILIES = ("druid.auth.", "druid.escalator.", "druid.request.logging.", "druid.emitter.")
+#: words in a key whose value is not shown (Druid's druid.server.hiddenProperties hides the same)
+_SECRET_WORDS = ("password", "secret", "credential", "token", "pwd", "accesskey", "basicauthentication")
 
 
 @dataclass(frozen=True)
@@ -152,31 +168,35 @@ class Value:
     source: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Properties(Mapping[str, str]):
     """The effective settings of one role, with where each came from."""
 
     role: Role
-    values: Mapping[str, Value] = field(default_factory=dict)
+    entries: Mapping[str, Value] = field(default_factory=dict)
 
     def __getitem__(self, key: str) -> str:
-        return self.values[key].text
+        return self.entries[key].text
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.values)
+        return iter(self.entries)
 
     def __len__(self) -> int:
-        return len(self.values)
+        return len(self.entries)
 
     def source(self, key: str) -> str:
-        return self.values[key].source if key in self.values else "default"
+        return self.entries[key].source if key in self.entries else "default"
 
     def unknown(self) -> list[str]:
-        """Keys set that Sluice does not read, each with the key it probably meant when there is one."""
+        """Keys set that this role does not read, each with the key it probably meant when there is one."""
         known = set(BY_KEY)
         said = []
-        for key in sorted(self.values):
-            if key in known or key.startswith(_FAMILIES) or self.values[key].source == "default":
+        for key in sorted(self.entries):
+            if self.entries[key].source == "default" or key.startswith(_FAMILIES):
+                continue
+            if key in known:
+                if self.role not in BY_KEY[key].roles:
+                    said.append(f"{key} (not read by this role)")
                 continue
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.85)
             said.append(f"{key} (did you mean {close[0]}?)" if close else key)
@@ -184,12 +204,22 @@ class Properties(Mapping[str, str]):
 
     def render(self) -> str:
         """runtime.properties lines of every setting, secrets masked, each with its source."""
-        lines = []
-        for key in sorted(self.values):
-            value = self.values[key]
-            text = "*****" if is_secret(key) and value.text else value.text
-            lines.append(f"{key}={text}  # {value.source}")
-        return "\n".join(lines)
+        return "\n".join(f"{key}={masked(key, self.entries[key].text)}  # {self.entries[key].source}"
+                         for key in sorted(self.entries))
+
+
+def masked(key: str, value: str) -> str:
+    """The value as it may be shown: a secret key's as stars, a URI's password as stars."""
+    if is_secret(key) and value:
+        return "*****"
+    try:
+        parts = urlsplit(value)
+        password = parts.password
+    except ValueError:
+        return value
+    if not password:
+        return value
+    return value.replace(f":{password}@", ":*****@", 1)
 
 
 def is_secret(key: str) -> bool:
@@ -203,15 +233,17 @@ def environment_properties(environ: Mapping[str, str]) -> dict[str, Value]:
             if name.startswith(("druid_", "sluice_"))}
 
 
-def resolve(role: Role, file: Mapping[str, str] | None = None, file_name: str = "",
-            environ: Mapping[str, str] | None = None, flags: Mapping[str, str] | None = None) -> Properties:
-    """Defaults, then the file, then the environment, then the flags: the later wins."""
+def resolve(role: Role, files: Sequence[tuple[str, Mapping[str, str]]] = (), environ: Mapping[str, str] | None = None,
+            flags: Mapping[str, str] | None = None) -> Properties:
+    """Defaults, then the files (named, in order: a common file, then the role's own, as Druid's operators keep
+    them), then the environment, then the flags: the later wins."""
     values: dict[str, Value] = {}
     for setting in SETTINGS:
         default = setting.default_for(role)
         if role in setting.roles and default is not None:
             values[setting.key] = Value(default, "default")
-    values |= {key: Value(text, f"file {file_name}") for key, text in (file or {}).items()}
+    for name, file in files:
+        values |= {key: Value(text, f"file {name}") for key, text in file.items()}
     values |= environment_properties(os.environ if environ is None else environ)
     values |= {key: Value(text, f"flag {BY_KEY[key].flag}") for key, text in (flags or {}).items()}
     return Properties(role, values)
@@ -334,7 +366,8 @@ def metadata_uri(reader: PropertyReader) -> str | None:
             "" if password is None else ":" + quote(password, safe="")) + "@"
         return "postgresql+psycopg://" + login + uri.removeprefix("jdbc:postgresql://")
     if uri.startswith("jdbc:"):
-        raise ConfigError(f"druid.metadata.storage.connector.connectURI: [{uri}] is not a PostgreSQL JDBC URI")
+        raise ConfigError(f"druid.metadata.storage.connector.connectURI: [{masked('', uri)}] is not a PostgreSQL JDBC "
+                          "URI")
     return uri
 
 

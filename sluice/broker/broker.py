@@ -128,15 +128,15 @@ class Broker:
         makes it run again on a fresh one: a publish that deletes its task's persists right after its commit can land
         between a snapshot and its read, and task groups that roll over together publish within milliseconds of each
         other, so one retry is not always enough."""
-        fresh = False
+        fresh, started = False, time.monotonic()
         for _ in range(_READS_PER_QUERY - 1):
             try:
-                return self._sql(query, parameters, context, permissions, fresh=fresh)
+                return self._sql(query, parameters, _timeout_left(context, started), permissions, fresh=fresh)
             except SegmentFileGone:
                 self._local_paths.clear()
                 fresh = True
         try:
-            return self._sql(query, parameters, context, permissions, fresh=True)
+            return self._sql(query, parameters, _timeout_left(context, started), permissions, fresh=True)
         except SegmentFileGone as gone:
             raise SqlError.internal(
                 f"Segment files could not be read, even on {_READS_PER_QUERY - 1} fresh snapshots: {gone}") from gone
@@ -278,6 +278,17 @@ class Broker:
     def _announced_servers(self) -> list[Server]:
         return [Server(node.host, node.port, server_type)
                 for role, server_type in _SERVER_TYPES.items() for node in live_nodes(self._metadata, role)]
+
+
+def _timeout_left(context: Mapping[str, Any] | None, started: float) -> Mapping[str, Any] | None:
+    """The context with what is left of its `timeout` since `started`: a retry runs under the query's one timeout."""
+    timeout = context.get("timeout") if isinstance(context, Mapping) else None
+    if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout <= 0:
+        return context
+    left = timeout - int((time.monotonic() - started) * 1000)
+    if left <= 0:
+        raise SqlError.timeout()
+    return {**context, "timeout": left}
 
 
 def _realtime_segments(snapshot: _Snapshot) -> list[RealtimeSegment]:

@@ -93,9 +93,10 @@ class QueryScheduler:
     @contextmanager
     def running(self, context: Any = None) -> Iterator[None]:
         """Holds one of the slots while the query runs, and one of the low lane's for a negative `priority`;
-        SqlError (429) when none is free."""
+        SqlError 429 when none is free, 400 for a priority that is not a number."""
+        priority = _priority(context)
         with self._slot(self._slots, lambda: SqlError.capacity_exceeded(self.limits.max_running)):
-            if self._low is not None and _priority(context) < 0:
+            if self._low is not None and priority < 0:
                 with self._slot(self._low, lambda: SqlError.lane_capacity_exceeded(LOW_LANE,
                                                                                    self.limits.low_lane_capacity)):
                     yield
@@ -121,11 +122,14 @@ LOW_LANE = "low"
 
 
 def _priority(context: Any) -> int:
-    """The context's `priority` (0 without one); SqlError (400) for one that is not a whole number."""
+    """The context's `priority` (0 without one), as Druid's QueryContext.getAsInt reads it: a number (its whole part)
+    or a string of a whole number; SqlError (400) otherwise."""
     given = context.get("priority", 0) if isinstance(context, Mapping) else 0
-    if isinstance(given, bool) or not isinstance(given, (int, str)):
-        raise SqlError(f"Query context parameter [priority] must be an integer, got {given!r}")
-    try:
+    if isinstance(given, (int, float)) and not isinstance(given, bool) and math.isfinite(given):
         return int(given)
-    except ValueError:
-        raise SqlError(f"Query context parameter [priority] must be an integer, got {given!r}") from None
+    if isinstance(given, str):
+        try:
+            return int(given.strip())
+        except ValueError:
+            pass
+    raise SqlError(f"Query context parameter [priority] must be an integer, got {given!r}")

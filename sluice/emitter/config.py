@@ -16,6 +16,8 @@ from sluice.emitter.prometheus import DEFAULT_METRICS, PrometheusEmitter, load_m
 
 SingleEmitterType = Literal["noop", "logging", "http", "prometheus"]
 
+log = logging.getLogger(__name__)
+
 _LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
 
 
@@ -54,6 +56,8 @@ class EmitterConfig(BaseModel):
             for kind in ("http", "logging", "prometheus"):
                 if f"druid.emitter.{kind}.{alias}" in properties:
                     keys[alias] = f"druid.emitter.{kind}.{alias}"
+        for key in sorted(k for k in properties if k.startswith("druid.emitter.") and k not in keys.values()):
+            log.warning("configuration key %s is not one Sluice knows; it is ignored", key)
         values: dict[str, object] = {alias: properties[key].strip() for alias, key in keys.items() if key in properties}
         if "emitters" in values:
             values["emitters"] = PropertyReader(properties).names(keys["emitters"], [])

@@ -126,6 +126,8 @@ class NodeConfig:
     leader_renew_s: float = 3.0
     #: druid.coordinator.period: how often the retention rules are applied
     coordinator_period_s: float = 60.0
+    #: druid.coordinator.period.indexingPeriod: how often auto-compaction submits compact tasks
+    indexing_period_s: float = 1800.0
     #: druid.coordinator.kill.*: deleting unused segments, off by default
     kill: KillConfig = KillConfig()
     #: druid.auth.* and druid.escalator.*: Druid's default, allowAll, lets everyone do everything
@@ -341,7 +343,7 @@ class Node:
             if isinstance(runner, HttpRemoteTaskRunner) else (lambda: self.config.capacity)
         compacting = AutoCompaction(self.metadata, self.task_queue.add, self.task_queue.active,
                                     self.task_queue.lockbox.find_locks_for_task, slots)
-        self.duties.append(PeriodicDuty("compaction", self.config.coordinator_period_s, compacting.run_once))
+        self.duties.append(PeriodicDuty("compaction", self.config.indexing_period_s, compacting.run_once))
         for duty in self.duties:
             duty.start()
         self.app.include_router(rules_router(self.metadata))

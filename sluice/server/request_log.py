@@ -375,10 +375,11 @@ class RequestLogConfig:
     delegate: RequestLogConfig | None = None
 
     @classmethod
-    def from_properties(cls, properties: Mapping[str, str], prefix: str = PREFIX) -> RequestLogConfig:
-        """Raises ConfigError naming the key that is wrong."""
+    def from_properties(cls, properties: Mapping[str, str], prefix: str = PREFIX,
+                        read: PropertyReader | None = None) -> RequestLogConfig:
+        """Raises ConfigError naming the key that is wrong; warns about the keys of the family it does not read."""
         properties = _with_json_delegate(properties, prefix)
-        read = PropertyReader(properties)
+        top, read = read is None, read or PropertyReader(properties)
         kind = read.string(prefix + "type", "noop")
         if kind not in TYPES:
             raise ConfigError(f"{prefix}type: [{kind}] is not one of {', '.join(TYPES)} (Sluice has no emitter, "
@@ -405,7 +406,10 @@ class RequestLogConfig:
                           sql_query_time_threshold_ms=read.integer(prefix + "sqlQueryTimeThresholdMs", 0, minimum=0),
                           muted_query_types=tuple(read.names(prefix + "mutedQueryTypes", [])))
             read.string(prefix + "delegate.type")  # required: where the queries that pass go
-            values["delegate"] = cls.from_properties(properties, prefix + "delegate.")
+            read.raw(prefix + "delegate")  # the same as one JSON object: read as the dotted keys
+            values["delegate"] = cls.from_properties(properties, prefix + "delegate.", read)
+        if top:
+            read.warn_unread((PREFIX,))
         return cls(**values)
 
 

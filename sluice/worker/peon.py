@@ -56,6 +56,8 @@ REPORT_FILE = "report.json"
 SHUTDOWN_SIGNAL = signal.SIGUSR1
 #: the environment variable a worker hands its druid.auth.* and druid.escalator.* properties to a peon in (JSON)
 AUTH_PROPERTIES_ENV = "SLUICE_AUTH_PROPERTIES"
+#: the metadata store's URI, which may hold its password: in the environment, not in argv (which `ps` shows)
+METADATA_URI_ENV = "SLUICE_METADATA_URI"
 
 
 def try_lock(task_dir: Path) -> IO[str] | None:
@@ -173,7 +175,6 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="sluice-peon")
     parser.add_argument("task_dir", type=Path)
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--metadata-uri", required=True)
     parser.add_argument("--deep-storage", required=True)
     parser.add_argument("--spark-master", default="local[2,4]")
     parser.add_argument("--parent-pid", type=int, default=os.getppid())
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     configure_logging("INFO")
     auth = AuthConfig.from_properties(json.loads(os.environ.get(AUTH_PROPERTIES_ENV, "{}")))
-    sys.exit(run_peon(args.task_dir, args.port, args.metadata_uri, args.deep_storage, args.spark_master,
+    sys.exit(run_peon(args.task_dir, args.port, os.environ[METADATA_URI_ENV], args.deep_storage, args.spark_master,
                       args.parent_pid, args.emitter, auth))
 
 

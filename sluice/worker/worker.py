@@ -32,8 +32,8 @@ from sluice.emitter import EmitterConfig
 from sluice.ids import path_under, validate_id
 from sluice.task.task import TaskStatus, task_from_json, write_task_file
 from sluice.security.config import AuthConfig
-from sluice.worker.peon import (AUTH_PROPERTIES_ENV, SHUTDOWN_SIGNAL, STATUS_FILE, TASK_FILE, read_report, read_status,
-                                try_lock)
+from sluice.worker.peon import (AUTH_PROPERTIES_ENV, METADATA_URI_ENV, SHUTDOWN_SIGNAL, STATUS_FILE, TASK_FILE,
+                                read_report, read_status, try_lock)
 
 log = logging.getLogger(__name__)
 
@@ -147,11 +147,13 @@ class WorkerTaskManager:
         """Start a peon for the task in `task_dir` (its task.json written); called holding the lock."""
         port = _free_port(self.host)
         command = [sys.executable, "-m", "sluice.worker.peon", str(task_dir), "--port", str(port),
-                   "--metadata-uri", self._peon.metadata_uri, "--deep-storage", self._peon.deep_storage,
+                   "--deep-storage", self._peon.deep_storage,
                    "--spark-master", self._peon.spark_master, "--parent-pid", str(os.getpid()),
                    "--emitter", self._peon.emitter.model_dump_json(by_alias=True)]
-        # the security settings hold passwords: in the environment, which only this user can read, not in argv
-        env = {**os.environ, AUTH_PROPERTIES_ENV: json.dumps(dict(self._peon.auth.properties))}
+        # the security settings and the metadata URI hold passwords: in the environment, which only this user can
+        # read, not in argv
+        env = {**os.environ, AUTH_PROPERTIES_ENV: json.dumps(dict(self._peon.auth.properties)),
+               METADATA_URI_ENV: self._peon.metadata_uri}
         with (task_dir / LOG_FILE).open("ab") as log_file:
             process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        env=env)

@@ -25,7 +25,8 @@ DAYS = ("2024-03-01", "2024-03-02", "2024-03-03")
 @pytest.fixture(scope="module")
 def compacting(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:  # noqa: ARG001
     """An all-in-one node of its own, for its coordinator period of a second; it shares the session's Spark."""
-    node = Node(NodeConfig(port=free_port(), work_dir=tmp_path_factory.mktemp("compacting"), coordinator_period_s=1.0))
+    node = Node(NodeConfig(port=free_port(), work_dir=tmp_path_factory.mktemp("compacting"), coordinator_period_s=1.0,
+                           indexing_period_s=1.0))
     node.start()
     yield node
     node.supervisors.terminate_all()

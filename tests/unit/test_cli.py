@@ -128,7 +128,7 @@ def test_druids_own_metadata_and_deep_storage_defaults_mean_the_work_dir() -> No
     derby = {"druid.metadata.storage.type": "derby",
              "druid.metadata.storage.connector.connectURI": "jdbc:derby://localhost:1527/var/druid/metadata.db;create=true",
              "druid.storage.type": "local", "druid.storage.storageDirectory": "/srv/segments"}
-    node = build_node_config(resolve(Role.ALL_IN_ONE, derby, environ={}))
+    node = build_node_config(resolve(Role.ALL_IN_ONE, [("derby.properties", derby)], environ={}))
     assert (node.metadata_uri, node.deep_storage) == (None, "/srv/segments")
 
 
@@ -145,14 +145,36 @@ def test_druids_own_metadata_and_deep_storage_defaults_mean_the_work_dir() -> No
 ])
 def test_a_setting_that_cannot_be_used_is_refused_naming_its_key(properties: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError) as refused:
-        build_node_config(resolve(Role.ALL_IN_ONE, properties, environ={}))
+        build_node_config(resolve(Role.ALL_IN_ONE, [("f", properties)], environ={}))
     assert str(refused.value).startswith(message)
 
 
 def test_keys_sluice_does_not_read_are_named_with_what_was_probably_meant() -> None:
-    properties = resolve(Role.ALL_IN_ONE, {"druid.indexer.queue.maxsize": "3", "druid.zk.service.host": "zk",
-                                           "druid.auth.authenticatorChain": '["allowAll"]', "sluice.workdir": "x"},
+    properties = resolve(Role.ALL_IN_ONE, [("f", {"druid.indexer.queue.maxsize": "3", "druid.zk.service.host": "zk",
+                                                  "druid.auth.authenticatorChain": '["allowAll"]', "sluice.workdir": "x",
+                                                  "druid.worker.capacity": "4",
+                                                  "druid.coordinator.kill.durationToRetian": "P1D"})],
                          environ={"druid_processing_numThreads": "2"})
-    assert properties.unknown() == ["druid.indexer.queue.maxsize (did you mean druid.indexer.queue.maxSize?)",
-                                    "druid.processing.numThreads", "druid.zk.service.host",
-                                    "sluice.workdir (did you mean sluice.workDir?)"]
+    assert properties.unknown() == [
+        "druid.coordinator.kill.durationToRetian (did you mean druid.coordinator.kill.durationToRetain?)",
+        "druid.indexer.queue.maxsize (did you mean druid.indexer.queue.maxSize?)", "druid.processing.numThreads",
+        "druid.worker.capacity (not read by this role)", "druid.zk.service.host",
+        "sluice.workdir (did you mean sluice.workDir?)"]
+
+
+def test_several_config_files_merge_in_order_and_no_secret_is_shown(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    common, own = tmp_path / "common.runtime.properties", tmp_path / "runtime.properties"
+    common.write_text("druid.indexer.queue.maxSize=10\ndruid.coordinator.period=PT30S\n"
+                      "druid.s3.accessKey=AKIAEXAMPLE\ndruid.emitter.http.basicAuthentication=admin:hunter2\n")
+    own.write_text("druid.indexer.queue.maxSize=20\n")
+    argv = ["overlord", "--config", str(common), "--config", str(own),
+            "--metadata-uri", "postgresql+psycopg://druid:hunter2@db.example/druid"]
+    overlord = node_config(build_parser().parse_args(argv))
+    assert (overlord.queue_max_size, overlord.coordinator_period_s) == (20, 30)
+    main(["config", "show", *argv])
+    shown = capsys.readouterr().out
+    assert f"druid.indexer.queue.maxSize=20  # file {own}" in shown
+    assert f"druid.coordinator.period=PT30S  # file {common}" in shown
+    assert "druid.metadata.storage.connector.connectURI=postgresql+psycopg://druid:*****@db.example/druid" in shown
+    assert "hunter2" not in shown and "AKIAEXAMPLE" not in shown

@@ -76,8 +76,11 @@ def test_hilo_laning_keeps_low_priority_queries_to_their_share_of_the_slots() ->
         assert refused.value.error_message.startswith("Too many concurrent queries, total query capacity of 5")
     with scheduler.running({"priority": -1}), scheduler.running({"priority": -1}):  # every slot was given back
         pass
-    with pytest.raises(SqlError, match=r"\[priority\] must be an integer"), scheduler.running({"priority": "high"}):
-        pass
+    for unlaned in (scheduler, QueryScheduler()):  # a priority is read as Druid reads it, laning or not
+        with unlaned.running({"priority": 1.0}), unlaned.running({"priority": " 7"}):
+            pass
+        with pytest.raises(SqlError, match=r"\[priority\] must be an integer"), unlaned.running({"priority": "high"}):
+            pass
 
 
 @pytest.mark.parametrize(("properties", "message"), [
