@@ -75,6 +75,8 @@ from sluice.worker.worker import PeonConfig, WorkerTaskManager
 log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
+#: how long an elected overlord's start waits for its leader services (the task queue, supervisors, duties)
+_LEADER_SERVICES_START_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -260,9 +262,15 @@ class Node:
         self.selector = LeaderSelector(self.metadata, self.config.url, self._become_leader, self._step_down,
                                        self.config.leader_lease_s, self.config.leader_renew_s)
         self.selector.start()
+        # elected: its services may take a while on a loaded machine, and the node is not the leader until they run
         deadline = time.monotonic() + self.config.leader_lease_s + 2 * self.config.leader_renew_s
-        while time.monotonic() < deadline and not self._leading_started and not (
-                not self.selector.is_leader and self.selector.leader() is not None):
+        elected_deadline = time.monotonic() + _LEADER_SERVICES_START_S
+        while not self._leading_started and not self.deposed:
+            if self.selector.is_leader:
+                if time.monotonic() > elected_deadline:
+                    break
+            elif self.selector.leader() is not None or time.monotonic() > deadline:
+                break
             time.sleep(0.05)
 
     def _become_leader(self) -> None:
