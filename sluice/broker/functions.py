@@ -17,9 +17,11 @@ from sqlglot import exp
 from sqlglot.dialects.druid import Druid
 from sqlglot.tokens import TokenType
 
+from sluice.broker.array_functions import ARRAY_FUNCTIONS, rewrite_array
 from sluice.broker.calls import Call, DruidFunction, template
 from sluice.broker.errors import SqlError
-from sluice.broker.scalar_functions import SCALAR_FUNCTIONS, rewrite_scalar
+from sluice.broker.json_functions import JSON_FUNCTIONS, rewrite_json
+from sluice.broker.scalar_functions import SCALAR_FUNCTIONS, as_long, rewrite_scalar
 from sluice.broker.zones import Session, Zone, from_local, to_local
 from sluice.periods import Period
 from sluice.segment.segment import Interval
@@ -103,7 +105,7 @@ def _rewrite(node: exp.Expr, session: Session) -> exp.Expr:
             return exp.ApproxDistinct(this=distinct.expressions[0].copy())
     if isinstance(node, exp.GroupConcat):
         return _string_agg(node)
-    return rewrite_scalar(node)
+    return rewrite_json(rewrite_array(rewrite_scalar(node)))
 
 
 def _is_timestamp_literal(cast: exp.Cast) -> bool:
@@ -330,6 +332,20 @@ def _array_agg(call: Call) -> exp.Expr:
     return exp.ArrayAgg(this=value.copy())
 
 
+def _listagg(call: Call) -> exp.Expr:
+    """LISTAGG([DISTINCT] expr[, separator[, maxBytes]]): STRING_AGG's other name, with ',' as the default
+    separator (after DISTINCT, the parser keeps the other arguments inside the DISTINCT)."""
+    args = list(call.args[0].expressions) + call.args[1:] if isinstance(call.args[0], exp.Distinct) else call.args
+    value = exp.Distinct(expressions=[args[0].copy()]) if isinstance(call.args[0], exp.Distinct) else args[0].copy()
+    separator = args[1].copy() if len(args) > 1 else exp.Literal.string(",")
+    return _string_agg(exp.GroupConcat(this=value, separator=separator))
+
+
+def _bit_aggregate(name: str) -> Callable[[Call], exp.Expr]:
+    """BIT_AND / BIT_OR / BIT_XOR(expr): over the values read as LONGs, NULL when there is none."""
+    return lambda call: exp.Anonymous(this=name, expressions=[as_long(call.args[0])])
+
+
 def _approx_quantile(call: Call) -> exp.Expr:
     """APPROX_QUANTILE(expr, p[, …]) and its sketch variants: a DOUBLE, as in Druid."""
     quantile = exp.Anonymous(this="APPROX_QUANTILE", expressions=[call.args[0].copy(), call.args[1].copy()])
@@ -360,6 +376,10 @@ _DRUID_FUNCTIONS: dict[str, DruidFunction] = {
     "LATEST_BY": DruidFunction(2, 3, _earliest_latest(by_time_argument=True, latest=True)),
     "ANY_VALUE": DruidFunction(1, 2, lambda call: exp.First(this=call.args[0].copy())),
     "ARRAY_AGG": DruidFunction(1, 2, _array_agg),
+    "LISTAGG": DruidFunction(1, 3, _listagg),
+    "BIT_AND": DruidFunction(1, 1, _bit_aggregate("BIT_AND")),
+    "BIT_OR": DruidFunction(1, 1, _bit_aggregate("BIT_OR")),
+    "BIT_XOR": DruidFunction(1, 1, _bit_aggregate("BIT_XOR")),
     "APPROX_COUNT_DISTINCT_BUILTIN": DruidFunction(1, 1, _approx_count_distinct),
     "APPROX_COUNT_DISTINCT_DS_HLL": DruidFunction(1, 3, _approx_count_distinct),
     "APPROX_COUNT_DISTINCT_DS_THETA": DruidFunction(1, 2, _approx_count_distinct),
@@ -367,6 +387,8 @@ _DRUID_FUNCTIONS: dict[str, DruidFunction] = {
     "APPROX_QUANTILE_DS": DruidFunction(2, 3, _approx_quantile),
     "APPROX_QUANTILE_FIXED_BUCKETS": DruidFunction(5, 6, _approx_quantile),
     **SCALAR_FUNCTIONS,
+    **ARRAY_FUNCTIONS,
+    **JSON_FUNCTIONS,
 }
 
 

@@ -404,10 +404,10 @@ def _aggregations() -> list[Case]:
              "differs: ARRAY_CONCAT_AGG(DISTINCT …) is a syntax error"),
             ("STRING_AGG", "STRING_AGG(s, ',')", _joined_unordered(["a", "b", "c", "a", "b"], ","), "", ""),
             ("STRING_AGG", "STRING_AGG(DISTINCT s, ',')", "a,b,c", "distinct", ""),  # STRING order
-            ("LISTAGG", "LISTAGG(DISTINCT s, ',')", "a,b,c", "", unknown),  # alias for STRING_AGG
-            ("BIT_AND", "BIT_AND(n)", 0, "", unknown),
-            ("BIT_OR", "BIT_OR(n)", 7, "", unknown),
-            ("BIT_XOR", "BIT_XOR(n)", 1, "", unknown),
+            ("LISTAGG", "LISTAGG(DISTINCT s, ',')", "a,b,c", "", ""),  # alias for STRING_AGG
+            ("BIT_AND", "BIT_AND(n)", 0, "", ""),
+            ("BIT_OR", "BIT_OR(n)", 7, "", ""),
+            ("BIT_XOR", "BIT_XOR(n)", 1, "", ""),
             ("BLOOM_FILTER", "BLOOM_FILTER(s, 10)", _base64(), "", "missing: Sluice has no Bloom filter extension"),
             ("DS_HLL", "DS_HLL(s)", _base64(), "", sketch),
             ("DS_THETA", "DS_THETA(s)", _base64(), "", sketch),
