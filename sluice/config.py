@@ -23,11 +23,15 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from pydantic import TypeAdapter, ValidationError
+
 from sluice.broker.limits import DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RESULT_ROWS
 from sluice.periods import parse_duration
 from sluice.server.roles import Role
+from sluice.spec.input_source import Password, reveal
 
 log = logging.getLogger(__name__)
+_PASSWORD_PROVIDER: TypeAdapter[Password] = TypeAdapter(Password)
 
 
 class ConfigError(ValueError):
@@ -318,33 +322,23 @@ class PropertyReader:
 
 
     def password(self, key: str) -> str | None:
-        return read_password({key: self.raw(key) or ""}, key)
+        """Druid's password provider: the password itself, or `{"type": "default", "password": ...}` or
+        `{"type": "environment", "variable": ...}` (the spec's `Password`); None when the key is not set."""
+        value = (self.raw(key) or "").strip() or None
+        if value is None or not value.startswith("{"):
+            return value
+        try:
+            return reveal(_PASSWORD_PROVIDER.validate_json(value))
+        except ValidationError:
+            raise ConfigError(f'{key}: password provider must be {{"type": "default", "password": ...}} or '
+                              '{"type": "environment", "variable": ...}') from None
+        except ValueError as e:
+            raise ConfigError(f"{key}: {e}") from None
 
     def warn_unread(self, prefixes: tuple[str, ...]) -> None:
         for key in sorted(set(self._properties) - self._read):
             if key.startswith(prefixes):
                 log.warning("configuration key %s is not one Sluice knows; it is ignored", key)
-
-
-def read_password(properties: Mapping[str, str], key: str) -> str | None:
-    """Druid's password provider: the password itself, or `{"type": "default", "password": ...}` or
-    `{"type": "environment", "variable": ...}`; None when the key is not set."""
-    value = (properties.get(key) or "").strip() or None
-    if value is None or not value.startswith("{"):
-        return value
-    try:
-        provider = json.loads(value)
-    except json.JSONDecodeError:
-        raise ConfigError(f"{key}: a password provider must be valid JSON") from None
-    if provider.get("type") == "default" and isinstance(provider.get("password"), str):
-        return provider["password"]
-    if provider.get("type") == "environment" and isinstance(provider.get("variable"), str):
-        password = os.environ.get(provider["variable"])
-        if password is None:
-            raise ConfigError(f"{key}: environment variable [{provider['variable']}] is not set")
-        return password
-    raise ConfigError(f'{key}: password provider must be {{"type": "default", "password": ...}} or '
-                      '{"type": "environment", "variable": ...}')
 
 
 def metadata_uri(reader: PropertyReader) -> str | None:

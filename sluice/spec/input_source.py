@@ -34,7 +34,7 @@ def reveal(password: Password | None) -> str | None:
         return password.password
     value = os.environ.get(password.variable)
     if value is None:
-        raise ValueError(f"environment variable {password.variable!r} (a password provider) is not set")
+        raise ValueError(f"environment variable [{password.variable}] of a password provider is not set")
     return value
 
 

@@ -74,7 +74,7 @@ def test_druids_documented_example_is_read_as_written() -> None:
     ({"druid.escalator.internalClientPassword": None}, "druid.escalator.internalClientPassword: required"),
     ({"druid.escalator.type": "kerberos"}, "druid.escalator.type: [kerberos]"),
     ({"druid.escalator.internalClientPassword": '{"type": "environment", "variable": "SLUICE_TEST_UNSET_VAR"}'},
-     "environment variable [SLUICE_TEST_UNSET_VAR] is not set"),
+     "environment variable [SLUICE_TEST_UNSET_VAR] of a password provider is not set"),
 ])
 def test_a_wrong_key_is_refused_by_name(change: dict[str, str | None], message: str) -> None:
     properties = {k: v for k, v in {**DRUID_EXAMPLE, **change}.items() if v is not None}
