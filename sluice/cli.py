@@ -37,14 +37,14 @@ _ROLES = {
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    log_format = settings(args).get("sluice.log.format", "plain") if hasattr(args, "role") else "plain"
+    properties = settings(args) if hasattr(args, "role") else None  # a role's command, `config show`, `migrate`
+    log_format = properties.get("sluice.log.format", "plain") if properties is not None else "plain"
     if log_format not in ("plain", "json"):
         parser.error(f"sluice.log.format: [{log_format}] is not plain or json")
     configure_logging(args.log_level, json_format=log_format == "json")
     if args.command in _ROLES:
         from sluice.server.node import Node
 
-        properties = settings(args)
         try:
             config = build_node_config(properties, args.emitter)
         except ValueError as error:
@@ -71,13 +71,15 @@ def main(argv: list[str] | None = None) -> None:
 
         sys.exit(ingest(args.spec, args.url, timeout_s=args.timeout))
     elif args.command == "config":
-        properties = settings(args)
         try:
             build_node_config(properties, args.emitter)
         except ValueError as error:
             parser.error(str(error))
         print(f"# sluice {args.show_role}: effective settings (file < env < flag), secrets masked")
         print(properties.render())
+        if args.emitter is not None:
+            print(f"# druid.emitter.* overridden by --emitter: "
+                  f"{args.emitter.model_dump_json(by_alias=True, exclude_defaults=True)}")
         for key in properties.unknown():
             print(f"# not read by Sluice (ignored): {key}")
     elif args.command == "migrate":
@@ -85,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         from sluice.metadata.store import MetadataStore
         from sluice.server.node import NodeConfig
 
-        read = PropertyReader(settings(args))
+        read = PropertyReader(properties)
         try:  # only where the store is: the rest of a node's settings need not be right to migrate
             store = MetadataStore(NodeConfig(work_dir=Path(read.string("sluice.workDir")),
                                              metadata_uri=metadata_uri(read)).resolved_metadata_uri)

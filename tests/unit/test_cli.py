@@ -120,6 +120,9 @@ def test_a_flag_beats_the_environment_which_beats_the_file(tmp_path: Path, monke
     assert "sluice.spark.master=local[2,4]  # default" in shown
     assert not any("s3cr" in line for line in shown)
 
+    main(["config", "show", "worker", "--config", str(config), "--emitter", '{"type": "prometheus"}'])
+    assert '# druid.emitter.* overridden by --emitter: {"type":"prometheus"}' in capsys.readouterr().out.splitlines()
+
 
 def test_druids_own_metadata_and_deep_storage_defaults_mean_the_work_dir() -> None:
     node = node_config(build_parser().parse_args(["start", "--work-dir", "/srv/sluice"]))
