@@ -26,7 +26,6 @@ they are compacted again only when new appends arrive, or by a manual `compact` 
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -36,11 +35,11 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from pydantic import Field, ValidationError, field_validator
-from sqlalchemy import insert, select
+from sqlalchemy import select
 
 from sluice.ids import DataSourceName
 from sluice.metadata import tables
-from sluice.metadata.store import MetadataStore
+from sluice.metadata.store import AuditInfo, MetadataStore
 from sluice.periods import Period
 from sluice.segment.segment import ETERNITY, DataSegment, Interval
 from sluice.segment.timeline import TimelineObjectHolder, VersionedIntervalTimeline
@@ -364,15 +363,6 @@ class AutoCompactionSnapshot:
 # -- storage: druid_config and druid_audit --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class AuditInfo:
-    """Druid's AuditInfo: from the X-Druid-Author and X-Druid-Comment headers and the caller's address."""
-
-    author: str = ""
-    comment: str = ""
-    ip: str | None = None
-
-
 def read_compaction_config(metadata: MetadataStore) -> DruidCompactionConfig:
     """The stored configs (Druid's defaults before anything was stored)."""
     return DruidCompactionConfig.model_validate(metadata.get_config(CONFIG_KEY) or {})
@@ -380,14 +370,9 @@ def read_compaction_config(metadata: MetadataStore) -> DruidCompactionConfig:
 
 def update_compaction_config(metadata: MetadataStore, change: Callable[[DruidCompactionConfig], DruidCompactionConfig],
                              audit: AuditInfo) -> DruidCompactionConfig:
-    """One compare-and-swap of the stored document (`change` may raise to leave it as it is), then its audit entry.
-    The two are separate transactions: MetadataStore has no audited config write yet (its rules have one)."""
+    """One compare-and-swap of the stored document (`change` may raise to leave it as it is) with its audit entry."""
     written = metadata.update_config(
-        CONFIG_KEY, lambda old: change(DruidCompactionConfig.model_validate(old or {})).to_json())
-    with metadata.engine.begin() as conn:
-        conn.execute(insert(tables.audit).values(
-            audit_key=CONFIG_KEY, type=CONFIG_KEY, author=audit.author, comment=audit.comment, ip=audit.ip,
-            created_date=format_timestamp(datetime.now(UTC)), payload=_dump(written)))
+        CONFIG_KEY, lambda old: change(DruidCompactionConfig.model_validate(old or {})).to_json(), audit)
     return DruidCompactionConfig.model_validate(written)
 
 
@@ -413,10 +398,6 @@ def compaction_config_history(metadata: MetadataStore, data_source: str, count: 
         history.append({**entry, "auditInfo": {"author": row.author, "comment": row.comment, "ip": row.ip},
                         "auditTime": row.created_date})
     return history if count is None else history[-count:] if count > 0 else []
-
-
-def _dump(document: dict[str, Any]) -> bytes:
-    return json.dumps(document, separators=(",", ":")).encode()
 
 
 # -- the duty -------------------------------------------------------------------------------------------------------

@@ -121,6 +121,16 @@ class _Abort(Exception):
     """The transaction must roll back and the caller get a failure with this message."""
 
 
+@dataclass(frozen=True)
+class AuditInfo:
+    """Druid's AuditInfo of a config change: from the X-Druid-Author and X-Druid-Comment headers and the caller's
+    address."""
+
+    author: str = ""
+    comment: str = ""
+    ip: str | None = None
+
+
 class MetadataStore:
     """Druid's metadata tables behind one engine, safe to share between threads."""
 
@@ -321,9 +331,11 @@ class MetadataStore:
             payload = conn.scalar(select(tables.config.c.payload).where(tables.config.c.name == name))
         return None if payload is None else _load(payload)
 
-    def update_config(self, name: str, change: Callable[[dict[str, Any] | None], dict[str, Any]]) -> dict[str, Any]:
+    def update_config(self, name: str, change: Callable[[dict[str, Any] | None], dict[str, Any]],
+                      audit: AuditInfo | None = None) -> dict[str, Any]:
         """Replace a config document with `change(current)`, as one compare-and-swap (retried when another node
-        changed it in between), and return what was written. `change` may raise to leave the document as it is."""
+        changed it in between), and return what was written; with `audit`, its audit entry goes in the same
+        transaction. `change` may raise to leave the document as it is."""
 
         def work(conn: Connection) -> dict[str, Any]:
             table = tables.config
@@ -334,6 +346,10 @@ class MetadataStore:
             elif conn.execute(update(table).where(table.c.name == name, table.c.payload == old)
                               .values(payload=_dump(new))).rowcount != 1:
                 raise _TryAgain()
+            if audit is not None:
+                conn.execute(insert(tables.audit).values(
+                    audit_key=name, type=name, author=audit.author, comment=audit.comment, ip=audit.ip,
+                    created_date=_now(), payload=_dump(new)))
             return new
 
         return self._transaction(work)
