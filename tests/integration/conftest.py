@@ -9,9 +9,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from sluice.dev.tansu import DevKafkaBroker
-from sluice.server.node import Node, NodeConfig
+from sluice.server.node import Node
 from sluice.task import spark_session
-from tests.integration.harness import free_port
+from tests.integration.harness import running_node
 
 
 @pytest.fixture(scope="session")
@@ -43,11 +43,8 @@ def postgres_uri() -> Iterator[str]:
 def node(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:  # noqa: ARG001
     """One all-in-one Sluice node for the HTTP tests (each test uses its own topic and data source); it shares
     the session's Spark, which must be up first."""
-    node = Node(NodeConfig(port=free_port(), work_dir=tmp_path_factory.mktemp("sluice")))
-    node.start()
-    yield node
-    node.supervisors.terminate_all()
-    node.stop()
+    with running_node(tmp_path_factory.mktemp("sluice")) as node:
+        yield node
 
 
 @pytest.fixture(scope="session")

@@ -6,12 +6,14 @@ import copy
 import json
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
 import httpx
 
-from sluice.server.node import Node
+from sluice.server.node import Node, NodeConfig
 
 EXAMPLE = json.loads((Path(__file__).resolve().parents[2] / "examples" / "wikipedia-kafka-supervisor.json").read_text())
 
@@ -20,6 +22,19 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@contextmanager
+def running_node(work_dir: Path, **config: Any) -> Iterator[Node]:
+    """An all-in-one node on a free port (NodeConfig's other fields as given); its supervisors are terminated
+    before it stops, so that no task outlives the test."""
+    node = Node(NodeConfig(port=free_port(), work_dir=work_dir, **config))
+    node.start()
+    try:
+        yield node
+    finally:
+        node.supervisors.terminate_all()
+        node.stop()
 
 
 def supervisor_spec(data_source: str, topic: str, bootstrap: str, **io: Any) -> dict[str, Any]:

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 
-from sluice.server.node import Node, NodeConfig
-from tests.integration.harness import free_port
+from sluice.server.node import Node
+from tests.integration.harness import running_node
 
 #: generated examples per operation and per property; the whole module runs in about a minute
 EXAMPLES = 20
@@ -29,13 +29,10 @@ FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=list(Healt
 
 @pytest.fixture(scope="module")
 def target(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:  # noqa: ARG001 - Spark first
-    node = Node(NodeConfig(port=free_port(), work_dir=tmp_path_factory.mktemp("fuzzed")))
-    node.start()
-    yield node
-    with httpx.Client(base_url=node.config.url, timeout=30) as http:
-        assert http.get("/status/health").json() is True  # alive after all of it
-    node.supervisors.terminate_all()
-    node.stop()
+    with running_node(tmp_path_factory.mktemp("fuzzed")) as node:
+        yield node
+        with httpx.Client(base_url=node.config.url, timeout=30) as http:
+            assert http.get("/status/health").json() is True  # alive after all of it
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from sluice.dev.sample_data import SampleRecord, produce
-from sluice.server.node import Node, NodeConfig
-from tests.integration.harness import committed_offsets, free_port, sql, supervisor_spec, wait_for
+from sluice.server.node import Node
+from tests.integration.harness import committed_offsets, running_node, sql, supervisor_spec, wait_for
 from tests.integration.test_batch_ingestion import ndjson, rows, run, task
 
 CONFIG = "/druid/coordinator/v1/config/compaction"
@@ -25,12 +25,8 @@ DAYS = ("2024-03-01", "2024-03-02", "2024-03-03")
 @pytest.fixture(scope="module")
 def compacting(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:  # noqa: ARG001
     """An all-in-one node of its own, for its coordinator period of a second; it shares the session's Spark."""
-    node = Node(NodeConfig(port=free_port(), work_dir=tmp_path_factory.mktemp("compacting"), coordinator_period_s=1.0,
-                           indexing_period_s=1.0))
-    node.start()
-    yield node
-    node.supervisors.terminate_all()
-    node.stop()
+    with running_node(tmp_path_factory.mktemp("compacting"), coordinator_period_s=1.0, indexing_period_s=1.0) as node:
+        yield node
 
 
 @pytest.fixture(scope="module")

@@ -25,9 +25,9 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 
 from sluice.security.config import AuthConfig, ConfigError
 from sluice.server.auth import UNSECURED_PATHS, is_guarded
-from sluice.server.node import Node, NodeConfig
+from sluice.server.node import Node
 from sluice.server.tls import TlsConfig
-from tests.integration.harness import free_port, wait_for
+from tests.integration.harness import free_port, running_node, wait_for
 from tests.integration.processes import SluiceProcess
 from tests.integration.test_batch_ingestion import ndjson, rows, run, task
 
@@ -69,11 +69,8 @@ def secure(spark, certificate_authority: trustme.CA,  # noqa: ARG001 - Spark fir
     tls = {"druid.enableTlsPort": "true", "druid.tlsPort": str(free_port()),
            "druid.server.https.keyStorePath": str(key_store), "druid.server.https.keyStoreType": "pkcs12",
            "druid.server.https.keyStorePassword": "store-pw"}
-    node = Node(NodeConfig(port=free_port(), work_dir=work_dir, auth=AuthConfig.from_properties(PROPERTIES),
-                           tls=TlsConfig.from_properties(tls)))
-    node.start()
-    yield node
-    node.stop()
+    with running_node(work_dir, auth=AuthConfig.from_properties(PROPERTIES), tls=TlsConfig.from_properties(tls)) as node:
+        yield node
 
 
 def client(node: Node, user: str | None = None, password: str | None = None) -> httpx.Client:
@@ -218,11 +215,8 @@ def strict(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:  
     """Basic security with Druid's two opt-in checks: system tables and query context keys are authorized too."""
     properties = {**PROPERTIES, "druid.sql.planner.authorizeSystemTablesDirectly": "true",
                   "druid.auth.authorizeQueryContextParams": "true", "druid.auth.unsecuredContextKeys": '["priority"]'}
-    node = Node(NodeConfig(port=free_port(), work_dir=tmp_path_factory.mktemp("strict"),
-                           auth=AuthConfig.from_properties(properties)))
-    node.start()
-    yield node
-    node.stop()
+    with running_node(tmp_path_factory.mktemp("strict"), auth=AuthConfig.from_properties(properties)) as node:
+        yield node
 
 
 def test_system_tables_and_context_keys_need_their_own_permissions_where_druid_asks_for_them(
