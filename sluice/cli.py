@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
         if unknown := properties.unknown():
             log.warning("configuration keys Sluice does not read (ignored): %s", ", ".join(unknown))
         for port in (config.port, *([config.tls.port] if config.tls else [])):
-            if problem := _cannot_serve(config.host, port):  # say so now, not after Spark has started
+            if problem := _cannot_serve(config.bind_address, port):  # say so now, not after Spark has started
                 parser.error(problem)
         from sluice.metadata.schema import SchemaError
 
@@ -179,7 +179,8 @@ def build_node_config(properties: Properties, emitter: EmitterConfig | None = No
     port = read.integer("druid.plaintextPort", None, minimum=1)
     if port is None or port > 65535:
         raise ConfigError(f"druid.plaintextPort: [{read.raw('druid.plaintextPort')}] is not a port number")
-    return NodeConfig(role=role, host=read.string("druid.host"), port=port, work_dir=Path(read.string("sluice.workDir")),
+    return NodeConfig(role=role, host=read.string("druid.host"), bind_on_host=read.boolean("druid.bindOnHost", True),
+                      port=port, work_dir=Path(read.string("sluice.workDir")),
                       metadata_uri=metadata_uri(read), deep_storage=deep_storage_uri(read),
                       spark_master=read.string("sluice.spark.master"),
                       emitter=emitter or EmitterConfig.from_properties(properties),
@@ -210,7 +211,7 @@ def _cannot_serve(host: str, port: int) -> str | None:
         except OSError as error:
             if error.errno == errno.EADDRINUSE:
                 return f"port {port} on {host} is in use (another Sluice?); choose one with --port"
-            return f"cannot listen on {host}:{port} (druid.host, --host): {error.strerror}"
+            return f"cannot listen on {host}:{port} (druid.host, --host, druid.bindOnHost): {error.strerror}"
     return None
 
 

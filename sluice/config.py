@@ -61,7 +61,10 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("druid.host", "the address to serve on", "127.0.0.1", "--host"),
+    Setting("druid.host", "the name other nodes and clients reach this node by (announced; with "
+            "druid.bindOnHost, also the only address it listens on)", "127.0.0.1", "--host"),
+    Setting("druid.bindOnHost", "true: listen on druid.host only (Sluice's default, so that a node is not reachable "
+            "from other machines unless asked); false: on every interface, as Druid's default", "true"),
     Setting("druid.plaintextPort", "the HTTP port",
             {Role.ALL_IN_ONE: "8888", Role.OVERLORD: "8090", Role.WORKER: "8091", Role.BROKER: "8082"}, "--port"),
     Setting("sluice.log.format", "plain, or json: a JSON object a line, with the request and query ids", "plain"),

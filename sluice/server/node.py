@@ -81,7 +81,10 @@ _LEADER_SERVICES_START_S = 120.0
 
 @dataclass(frozen=True)
 class NodeConfig:
+    #: the name other nodes and clients reach this node by (Druid's druid.host): announced, and in its URL
     host: str = "127.0.0.1"
+    #: druid.bindOnHost: listen on `host` only; else on every interface, as Druid does by default
+    bind_on_host: bool = True
     port: int = 8888
     work_dir: Path = Path("var")
     metadata_uri: str | None = None
@@ -150,6 +153,10 @@ class NodeConfig:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def bind_address(self) -> str:
+        return self.host if self.bind_on_host else "0.0.0.0"
 
 
 class Node:
@@ -429,7 +436,7 @@ class Node:
 
     def _start_http(self) -> None:
         tls = self.config.tls
-        self.http = HttpServer(self.app, self.config.host, self.config.port,
+        self.http = HttpServer(self.app, self.config.bind_address, self.config.port,
                                None if tls is None else (tls.port, *tls.pem_files(self.config.work_dir / "tls")))
         self.http.start()
         log.info("Sluice %s serves on %s%s", self.config.role.value, self.config.url,

@@ -135,6 +135,14 @@ def test_druids_own_metadata_and_deep_storage_defaults_mean_the_work_dir() -> No
     assert (node.metadata_uri, node.deep_storage) == (None, "/srv/segments")
 
 
+def test_druid_host_is_the_announced_name_and_bind_on_host_chooses_where_to_listen() -> None:
+    own = build_node_config(resolve(Role.BROKER, [], environ={"druid_host": "broker-1.example"}))
+    assert (own.url, own.bind_address) == ("http://broker-1.example:8082", "broker-1.example")
+    druids = build_node_config(resolve(Role.BROKER, [], environ={"druid_host": "broker-1.example",
+                                                                 "druid_bindOnHost": "false"}))
+    assert (druids.url, druids.bind_address) == ("http://broker-1.example:8082", "0.0.0.0")
+
+
 @pytest.mark.parametrize(("properties", "message"), [
     ({"druid.metadata.storage.type": "mysql"}, "druid.metadata.storage.type: [mysql] is not supported"),
     ({"druid.metadata.storage.type": "postgresql"}, "druid.metadata.storage.connector.connectURI: required"),
