@@ -187,7 +187,8 @@ def build_node_config(properties: Properties, emitter: EmitterConfig | None = No
                       auth=AuthConfig.from_properties(properties), tls=TlsConfig.from_properties(properties),
                       query_limits=QueryLimits.from_properties(properties),
                       max_request_bytes=read.integer("sluice.server.http.maxRequestBytes", None, minimum=0),
-                      request_logging=RequestLogConfig.from_properties(properties), **role_settings)
+                      request_logging=RequestLogConfig.from_properties(properties),
+                      json_logs=properties.get("sluice.log.format") == "json", **role_settings)
 
 
 def _directories(read: PropertyReader, key: str) -> tuple[Path, ...]:

@@ -48,6 +48,7 @@ from sluice.server.api_chat import chat_router
 from sluice.server.request_log import RequestIdMiddleware, RequestLogConfig, build_request_logger
 from sluice.server.api_compaction import compaction_router
 from sluice.server.api_coordinator import coordinator_router
+from sluice.server.api_lookups import lookups_router
 from sluice.server.api_metrics import metrics_router
 from sluice.server.api_native import native_router
 from sluice.server.api_sql import sql_router
@@ -141,6 +142,8 @@ class NodeConfig:
     tls: TlsConfig | None = None
     #: druid.request.logging.*: a line per query, as Druid's request loggers write it (noop by default)
     request_logging: RequestLogConfig = RequestLogConfig()
+    #: sluice.log.format=json: a JSON object a log line, in this node and in its peons
+    json_logs: bool = False
 
     @property
     def resolved_metadata_uri(self) -> str:
@@ -363,6 +366,7 @@ class Node:
             duty.start()
         self.app.include_router(rules_router(self.metadata))
         self.app.include_router(compaction_router(self.metadata, compacting))
+        self.app.include_router(lookups_router(self.metadata))
 
     def _stop_duties(self) -> None:
         for duty in self.duties:
@@ -372,7 +376,7 @@ class Node:
 
     def _start_worker(self) -> None:
         peon = PeonConfig(self.config.resolved_metadata_uri, self.config.resolved_deep_storage,
-                          self.config.spark_master, self.config.emitter, self.config.auth)
+                          self.config.spark_master, self.config.emitter, self.config.auth, self.config.json_logs)
         self.worker = WorkerTaskManager(self.config.base_task_dirs or (self.config.work_dir / "tasks",),
                                         self.config.capacity, self.config.host, peon)
         self.worker.start()

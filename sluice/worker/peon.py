@@ -46,7 +46,7 @@ from sluice.task.actions import RemoteTaskActionClient
 from sluice.task.toolbox import TaskToolbox
 from sluice.task.task import RunnableTask, TaskStatus, create_task, task_from_json, write_task_file
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("sluice.worker.peon")  # its name also when it runs as __main__
 
 LOCK_FILE = "lock"
 STATUS_FILE = "status.json"
@@ -148,7 +148,8 @@ def run_peon(task_dir: Path, port: int, metadata_uri: str, deep_storage: str, sp
     status = task.run()
     if status.is_complete:
         write_task_file(task_dir, STATUS_FILE, status.to_json())
-        log.info("task %s finished: %s %s", spec.id, status.status_code, status.error_msg or "")
+        log.info("task %s finished: %s%s", spec.id, status.status_code,
+                 f" ({status.error_msg})" if status.error_msg else "")
     else:
         log.info("task %s stopped; its worker restores it when it starts again", spec.id)
     http.stop()
@@ -180,8 +181,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parent-pid", type=int, default=os.getppid())
     parser.add_argument("--emitter", type=EmitterConfig.model_validate_json, default=EmitterConfig(),
                         help="the emitter settings as JSON (Druid's names)")
+    parser.add_argument("--json-logs", action="store_true", help="its worker's sluice.log.format=json")
     args = parser.parse_args(argv)
-    configure_logging("INFO")
+    configure_logging("INFO", json_format=args.json_logs)
     auth = AuthConfig.from_properties(json.loads(os.environ.get(AUTH_PROPERTIES_ENV, "{}")))
     sys.exit(run_peon(args.task_dir, args.port, os.environ[METADATA_URI_ENV], args.deep_storage, args.spark_master,
                       args.parent_pid, args.emitter, auth))

@@ -55,6 +55,7 @@ class PeonConfig:
     emitter: EmitterConfig = EmitterConfig()
     #: the peon checks its chat API's callers and calls the overlord as the escalator, as its worker does
     auth: AuthConfig = AuthConfig()
+    json_logs: bool = False
 
 
 @dataclass
@@ -149,7 +150,8 @@ class WorkerTaskManager:
         command = [sys.executable, "-m", "sluice.worker.peon", str(task_dir), "--port", str(port),
                    "--deep-storage", self._peon.deep_storage,
                    "--spark-master", self._peon.spark_master, "--parent-pid", str(os.getpid()),
-                   "--emitter", self._peon.emitter.model_dump_json(by_alias=True)]
+                   "--emitter", self._peon.emitter.model_dump_json(by_alias=True),
+                   *(["--json-logs"] if self._peon.json_logs else [])]
         # the security settings and the metadata URI hold passwords: in the environment, which only this user can
         # read, not in argv
         env = {**os.environ, AUTH_PROPERTIES_ENV: json.dumps(dict(self._peon.auth.properties)),

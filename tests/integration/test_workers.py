@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -180,7 +181,9 @@ def test_tasks_spread_over_two_workers_and_a_killed_workers_group_moves_to_the_o
 @pytest.mark.kafka
 def test_a_restarted_worker_restores_its_reading_task_which_resumes_where_it_was(kafka_broker, cluster) -> None:
     overlord_process, broker_process = cluster.start("overlord"), cluster.start("broker")
-    worker = cluster.start("worker", "--capacity", "1")
+    properties = cluster.work_dir / "worker.properties"
+    properties.write_text("sluice.log.format=json\n")  # its peons log as it does
+    worker = cluster.start("worker", "--capacity", "1", "--config", str(properties))
     uri = cluster.metadata_uri
 
     topic, ds = "workers-restart", "workers_restart"
@@ -248,6 +251,11 @@ def test_a_restarted_worker_restores_its_reading_task_which_resumes_where_it_was
 
         terminate_and_check(overlord, broker, uri, ds, [task_id], end_offsets, valid)
         assert [t["id"] for t in overlord.get(f"{TASKS}/tasks", params={"datasource": ds}).json()] == [task_id]
+    peon_log = cluster.work_dir / "worker" / "tasks" / task_id / "log"
+    said = [record["message"] for line in peon_log.read_text().splitlines() if line.startswith("{")
+            if (record := json.loads(line))["logger"] == "sluice.worker.peon"]
+    assert said == [f"task {task_id} stopped; its worker restores it when it starts again",
+                    f"task {task_id} finished: SUCCESS"]
 
 
 def test_a_worker_that_stops_for_good_has_its_tasks_failed_after_the_cleanup_timeout(cluster) -> None:
