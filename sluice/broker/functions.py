@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import fields
-from datetime import UTC
+from datetime import UTC, datetime, timedelta, timezone
 
 from sqlglot import exp
 from sqlglot.dialects.druid import Druid
@@ -24,7 +24,7 @@ from sluice.broker.json_functions import JSON_FUNCTIONS, rewrite_json
 from sluice.broker.scalar_functions import SCALAR_FUNCTIONS, as_long, rewrite_scalar
 from sluice.broker.zones import Session, Zone, from_local, to_local
 from sluice.periods import Period
-from sluice.segment.segment import Interval
+from sluice.timestamps import parse_interval
 
 __all__ = ["TIME_COLUMN", "DruidDialect", "Session", "Zone", "is_druid_function", "joda_to_strftime",
            "rewrite_druid_functions"]
@@ -37,7 +37,10 @@ class DruidDialect(Druid):
     another meaning (ANY_VALUE(expr, maxBytes), ARRAY_AGG(expr, size), TIMESTAMPDIFF(unit, t1, t2),
     REGEXP_EXTRACT(expr, pattern, group)…) stay plain calls, rewritten here with Druid's meaning (or, like DuckDB's
     `glob('*')`, refused by name); `DIV` is a function (not MySQL's operator), and POSITION takes Druid's
-    `FROM start`."""
+    `FROM start`. JSON paths stay the text the user wrote, which `json_functions.py` checks as Druid does."""
+
+    def to_json_path(self, path: exp.Expr | None) -> exp.Expr | None:
+        return path
 
     class Tokenizer(Druid.tokenizer_class):
         KEYWORDS = {word: token for word, token in Druid.tokenizer_class.KEYWORDS.items() if word != "DIV"}
@@ -246,21 +249,53 @@ def _time_format(call: Call) -> exp.Expr:
     if pattern is None and call.arg(2) is not None:
         raise SqlError("TIME_FORMAT with a time zone needs a format pattern")
     local = to_local(call.args[0], zone)
-    if pattern is not None:
-        return exp.Anonymous(this="STRFTIME", expressions=[local, exp.Literal.string(joda_to_strftime(pattern))])
-    text = exp.Anonymous(this="STRFTIME", expressions=[local, exp.Literal.string(_ISO_FORMAT)])
-    return exp.DPipe(this=text, expression=_offset_text(call.args[0], zone))
+    if pattern is None:
+        text = exp.Anonymous(this="STRFTIME", expressions=[local, exp.Literal.string(_ISO_FORMAT)])
+        return exp.DPipe(this=text, expression=_offset_text(call.args[0], zone))
+    names = _zone_short_names(zone)
+    formats = {offset: joda_to_strftime(pattern, name) for offset, name in names.items()}
+    if len(set(formats.values())) == 1:  # no zone name in the pattern, or a zone with one name
+        return exp.Anonymous(this="STRFTIME", expressions=[local, exp.Literal.string(next(iter(formats.values())))])
+    # The name changes with daylight saving time: the format of the offset in force at the instant.
+    formatted = exp.case(_offset_minutes(call.args[0], zone))
+    for offset, strftime in formats.items():
+        formatted = formatted.when(exp.Literal.number(offset), exp.Anonymous(
+            this="STRFTIME", expressions=[local.copy(), exp.Literal.string(strftime)]))
+    return formatted
+
+
+def _zone_short_names(zone: Zone | None) -> dict[int, str]:
+    """The zone's short names (Joda's `z`) by UTC offset in minutes: `UTC`, the offset itself (`-05:00`) for a fixed
+    offset, else the names of this year's standard and daylight saving times (EST/EDT), as the tz database has them."""
+    if zone is None:
+        return {0: "UTC"}
+    now = datetime.now(UTC)
+    instants = [datetime(now.year, month, 1, tzinfo=UTC).astimezone(zone.tzinfo) for month in (1, 7)]
+    fixed = isinstance(zone.tzinfo, timezone)
+    names: dict[int, str] = {}
+    for at in instants:
+        minutes = int((at.utcoffset() or timedelta()).total_seconds()) // 60
+        names[minutes] = _signed_hours(minutes) if fixed else at.tzname() or _signed_hours(minutes)
+    return names
+
+
+def _signed_hours(minutes: int) -> str:
+    return f"{'-' if minutes < 0 else '+'}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def _offset_minutes(ts: exp.Expr, zone: Zone) -> exp.Expr:
+    """The zone's UTC offset at the instant `ts`, in minutes."""
+    return exp.Anonymous(this="DATE_DIFF", expressions=[exp.Literal.string("minute"), ts.copy(), to_local(ts, zone)])
 
 
 def _offset_text(ts: exp.Expr, zone: Zone | None) -> exp.Expr:
     """`Z` where the zone's offset is zero, else `+hh:mm` / `-hh:mm`, as Joda's ISODateTimeFormat writes it."""
     if zone is None:
         return exp.Literal.string("Z")
-    minutes = exp.Anonymous(this="DATE_DIFF", expressions=[exp.Literal.string("minute"), ts.copy(), to_local(ts, zone)])
     return template(
         "CASE WHEN m = 0 THEN 'Z' ELSE CASE WHEN m < 0 THEN '-' ELSE '+' END"
         " || LPAD(CAST(ABS(m) // 60 AS VARCHAR), 2, '0') || ':' || LPAD(CAST(ABS(m) % 60 AS VARCHAR), 2, '0') END",
-        m=minutes,
+        m=_offset_minutes(ts, zone),
     )
 
 
@@ -295,18 +330,18 @@ def _timestamp_diff(call: Call) -> exp.Expr:
 
 
 def _time_in_interval(call: Call) -> exp.Expr:
-    """TIME_IN_INTERVAL(ts, 'start/end'): the interval is half-open, in UTC unless its text says otherwise."""
+    """TIME_IN_INTERVAL(ts, interval): the interval (start/end, start/period or period/end) is half-open, in UTC
+    unless its text says otherwise."""
     text = call.literal(1, "the interval") or ""
     try:
-        interval = Interval.parse(text)
+        interval = parse_interval(text)
     except ValueError as e:
-        raise SqlError(f"TIME_IN_INTERVAL needs an ISO-8601 interval such as '2000-01-01/2000-01-02', got '{text}'") \
-            from e
-    bounds = [exp.cast(exp.Literal.string(t.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")), exp.DType.TIMESTAMP)
-              for t in (interval.start, interval.end)]
+        raise SqlError(f"TIME_IN_INTERVAL needs an ISO-8601 interval such as '2000-01-01/2000-01-02' or "
+                       f"'2000-01-01/P1D', got '{text}'") from e
+    start, end = (exp.UnixToTime(this=exp.Literal.number(millis), scale=exp.UnixToTime.MILLIS)
+                  for millis in (interval.start, interval.end))
     ts = call.args[0]
-    return exp.paren(exp.and_(exp.GTE(this=ts.copy(), expression=bounds[0]),
-                              exp.LT(this=ts.copy(), expression=bounds[1])))
+    return exp.paren(exp.and_(exp.GTE(this=ts.copy(), expression=start), exp.LT(this=ts.copy(), expression=end)))
 
 
 def _earliest_latest(by_time_argument: bool, latest: bool) -> Callable[[Call], exp.Expr]:
@@ -410,8 +445,9 @@ _JODA_FIELDS: dict[str, tuple[str | None, ...]] = {
 _JODA_TOKEN = re.compile(r"'((?:[^']|'')*)'|([A-Za-z])\2*|[^A-Za-z']+|'")
 
 
-def joda_to_strftime(pattern: str) -> str:
-    """A Joda-Time pattern (Druid's TIME_FORMAT / TIME_PARSE) as a DuckDB strftime format.
+def joda_to_strftime(pattern: str, zone_name: str | None = None) -> str:
+    """A Joda-Time pattern (Druid's TIME_FORMAT / TIME_PARSE) as a DuckDB strftime format; `z`, `zz` and `zzz` (the
+    zone's short name) write `zone_name`, which TIME_PARSE does not read.
 
     >>> joda_to_strftime("yyyy-MM-dd'T'HH:mm")
     '%Y-%m-%dT%H:%M'
@@ -422,6 +458,8 @@ def joda_to_strftime(pattern: str) -> str:
         if quoted is not None:
             # '' alone is a literal quote; inside quotes it is an escaped one.
             out.append((quoted.replace("''", "'") or "'").replace("%", "%%"))
+        elif letter == "z" and len(text) <= 3 and zone_name is not None:
+            out.append(zone_name.replace("%", "%%"))
         elif letter is not None:
             codes = _JODA_FIELDS.get(letter, (None,))
             code = codes[min(len(text), len(codes)) - 1]

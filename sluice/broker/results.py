@@ -47,8 +47,10 @@ def render(
         head = [("name", result.columns)]
         head += [("type", result.druid_types)] * types_header + [("sqlType", result.sql_types)] * sql_types_header
     rows = [[_plain(value, kind) for value, kind in zip(row, result.druid_types)] for row in result.rows]
-    if stringify_arrays:
-        rows = [[_json(value) if isinstance(value, list) else value for value in row] for row in rows]
+    if stringify_arrays:  # only ARRAY columns: a COMPLEX<json> array stays a nested value
+        arrays = [kind.startswith("ARRAY<") for kind in result.druid_types]
+        rows = [[_json(value) if array and value is not None else value for value, array in zip(row, arrays)]
+                for row in rows]
     return write(result.columns, head, rows).encode(), media_type
 
 
@@ -64,6 +66,8 @@ def _plain(value: Any, druid_type: str) -> Any:
         return _JavaNumber(value, single=druid_type == "FLOAT")
     if isinstance(value, list):
         return [_plain(v, druid_type) for v in value]
+    if isinstance(value, dict):  # COMPLEX<json>
+        return {k: _plain(v, druid_type) for k, v in value.items()}
     return value
 
 
