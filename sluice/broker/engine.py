@@ -40,8 +40,10 @@ from sqlglot import exp
 from sluice.broker.errors import SqlError
 from sluice.broker.limits import DEFAULT_MAX_RESULT_BYTES
 from sluice.broker.functions import Zone
+from sluice.broker.lookups import relation
 from sluice.broker.sql import DUCKDB_SETTINGS, TIME_COLUMN, Translation, translate_query
 from sluice.broker.system_tables import SystemTable
+from sluice.lookups.references import LookupExtractor, LookupLoadError
 from sluice.segment.segment import Interval
 
 
@@ -79,6 +81,9 @@ class SegmentFileGone(Exception):
     decided which files to read; asking again for the files to read and rerunning the query is the remedy."""
 
 
+#: the lookup of a name, loaded; None when there is none of that name (see lookups/references.py)
+Lookups = Callable[[str], LookupExtractor | None]
+
 _VARIABLE_SIZE = frozenset({"varchar", "blob", "list", "array", "struct", "map", "union", "bit"})
 _FETCH_CHUNK_ROWS = 10_000
 
@@ -88,12 +93,13 @@ class SqlEngine:
 
     def __init__(self, threads: int | None = None, memory_limit: str | None = None,
                  max_result_rows: int | None = None, databases: int = 8, temp_directory: str | None = None,
-                 max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES) -> None:
+                 max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES, lookups: Lookups | None = None) -> None:
         """`memory_limit` (DuckDB's, e.g. "2GB") bounds each database: the queries running at once over one file set
         share it (DuckDB has no per-connection limit, and a database per query would lose what keeping one saves);
         past it, DuckDB spills sorts and hash tables to `temp_directory` (its default: `.tmp` in the working
         directory). `max_result_rows` and `max_result_bytes` bound what one query may return; `databases` is how
-        many file sets keep an open database."""
+        many file sets keep an open database. `lookups` gives the query-time lookups queries may read (none
+        without)."""
         self._config: dict[str, Any] = {
             "threads": threads or min(4, os.cpu_count() or 1),
             "autoload_known_extensions": False,
@@ -111,6 +117,7 @@ class SqlEngine:
         self._lock = threading.Lock()
         self._running: dict[str, list[duckdb.DuckDBPyConnection]] = {}
         self._cancelled: set[str] = set()
+        self._lookups = lookups
 
     @property
     def duckdb_config(self) -> dict[str, Any]:
@@ -145,6 +152,7 @@ class SqlEngine:
         Raises SqlError, or SegmentFileGone when a file is missing.
         """
         values = bind_parameters(parameters, query.parameter_count)
+        lookups = {name: self._lookup(name) for name in query.lookups}
         query_id = query.context.query_id
         try:
             cursor = database.cursor() if database is not None else \
@@ -152,6 +160,8 @@ class SqlEngine:
             with cursor, self._registered(query_id, cursor), _deadline(cursor, query.context.timeout_ms):
                 for table, rows in (system_tables or {}).items():
                     cursor.register(table.relation, rows)
+                for name, lookup in lookups.items():
+                    cursor.register(relation(name), lookup.table)
                 if query.explain:
                     return _explain(cursor, query, values, tables)
                 cursor.execute(query.sql, values)
@@ -177,6 +187,15 @@ class SqlEngine:
         finally:
             if query_id is not None:
                 self._cancelled.discard(query_id)
+
+    def _lookup(self, name: str) -> LookupExtractor:
+        try:
+            found = None if self._lookups is None else self._lookups(name)
+        except LookupLoadError as error:
+            raise SqlError.internal(str(error)) from error
+        if found is None:
+            raise SqlError(f"Lookup [{name}] not found")
+        return found
 
     def cancel(self, query_id: str) -> bool:
         """Interrupt the running queries with this sqlQueryId; False when no such query runs."""
@@ -426,10 +445,15 @@ _TYPES: dict[str, tuple[str, str]] = {
 _OTHER = ("COMPLEX<json>", "OTHER")
 
 
+def _is_json(duckdb_type: Any) -> bool:
+    """DuckDB's JSON, Druid's COMPLEX<json>: a VARCHAR by its id, told apart only by its name."""
+    return str(duckdb_type) == "JSON"
+
+
 def _druid_type(duckdb_type: Any) -> tuple[str, str]:
     if duckdb_type.id == "list":
         return f"ARRAY<{_druid_type(duckdb_type.child)[0]}>", "ARRAY"
-    return _TYPES.get(duckdb_type.id, _OTHER)
+    return _OTHER if _is_json(duckdb_type) else _TYPES.get(duckdb_type.id, _OTHER)
 
 
 def _result(description: list[tuple], rows: list[tuple], zone: Zone | None) -> QueryResult:
@@ -466,6 +490,8 @@ def _unique(names: list[str]) -> list[str]:
 def _converter(duckdb_type: Any, zone: Zone | None) -> Callable[[Any], Any] | None:
     """How a column's DuckDB Python values become the plain values Druid returns (None: they already are)."""
     kind = duckdb_type.id
+    if _is_json(duckdb_type):  # a nested value, which the result writers write as JSON, not as text
+        return json.loads
     if kind == "list":
         element = _converter(duckdb_type.child, zone)
         return None if element is None else (lambda values: [None if v is None else element(v) for v in values])

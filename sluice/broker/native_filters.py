@@ -247,9 +247,30 @@ def search_condition(value: exp.Expr, spec: q.SearchQuerySpec) -> exp.Expr:
     return all_of(*terms) or exp.true()
 
 
-def dimension_value(spec: q.DefaultDimensionSpec, columns: Columns) -> exp.Expr:
-    """A dimension's grouping value in its outputType (STRING by default, so long columns group as text)."""
-    return cast_to(columns.expression_ref(spec.dimension), spec.output_type)
+def dimension_value(spec: q.DefaultDimensionSpec | q.ExtractionDimensionSpec | q.LookupDimensionSpec,
+                    columns: Columns) -> exp.Expr:
+    """A dimension's grouping value in its outputType (STRING by default, so long columns group as text); through
+    its lookup, for a spec that has one."""
+    if isinstance(spec, q.DefaultDimensionSpec):
+        return cast_to(columns.expression_ref(spec.dimension), spec.output_type)
+    extraction = spec.extraction_fn if isinstance(spec, q.ExtractionDimensionSpec) else spec
+    key = columns.string(spec.dimension)
+    if isinstance(extraction, q.RegisteredLookupExtractionFn):
+        value: exp.Expr = exp.Anonymous(this="LOOKUP", expressions=[key, exp.Literal.string(extraction.lookup)])
+    elif isinstance(extraction, q.LookupDimensionSpec) and extraction.lookup_name is not None:
+        value = exp.Anonymous(this="LOOKUP", expressions=[key, exp.Literal.string(extraction.lookup_name)])
+    else:
+        lookup = extraction.lookup
+        assert lookup is not None  # LookupDimensionSpec has a map when it has no name
+        value = exp.Case(this=key.copy(), ifs=[
+            exp.If(this=exp.Literal.string(k), true=exp.cast(exp.null(), exp.DType.VARCHAR) if v is None
+                   else exp.Literal.string(v)) for k, v in lookup.map.items()],
+            default=exp.cast(exp.null(), exp.DType.VARCHAR))
+    if extraction.retain_missing_value:
+        return exp.Coalesce(this=value, expressions=[key.copy()])
+    if extraction.replace_missing_value_with is not None:
+        return exp.Coalesce(this=value, expressions=[exp.Literal.string(extraction.replace_missing_value_with)])
+    return value
 
 
 

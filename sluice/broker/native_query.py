@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BeforeValidator, Field, PlainValidator, model_validator
+from pydantic import BeforeValidator, Discriminator, Field, PlainValidator, Tag, model_validator
 
 from sluice.broker.native_time import QueryGranularity
+from sluice.lookups.specs import MapLookupExtractorFactory
 from sluice.timestamps import MAX_INSTANT, MIN_INSTANT, EpochInterval, parse_instant, parse_interval
 from sluice.spec.model import SpecModel
 
@@ -73,7 +74,84 @@ class DefaultDimensionSpec(SpecModel):
         return self.output_name or self.dimension
 
 
+class _LookupExtraction(SpecModel):
+    """Druid's lookup extraction: a missing (or null) key gives the key itself with `retainMissingValue`, else
+    `replaceMissingValueWith` (null by default). `injective` and `optimize` only tune Druid's planning."""
+
+    retain_missing_value: bool = False
+    replace_missing_value_with: str | None = None
+    injective: bool | None = None
+    optimize: bool = True
+
+    @model_validator(mode="after")
+    def _retain_or_replace(self) -> _LookupExtraction:
+        if self.retain_missing_value and self.replace_missing_value_with is not None:
+            raise ValueError("Cannot specify a [replaceMissingValueWith] and set [retainMissingValue] to true")
+        return self
+
+
+class RegisteredLookupExtractionFn(_LookupExtraction):
+    type: Literal["registeredLookup"]
+    lookup: str = Field(min_length=1)
+
+
+class LookupExtractionFn(_LookupExtraction):
+    type: Literal["lookup"]
+    lookup: MapLookupExtractorFactory
+
+
+ExtractionFn = Annotated[Union[RegisteredLookupExtractionFn, LookupExtractionFn], Field(discriminator="type")]
+
+
+class ExtractionDimensionSpec(SpecModel):
+    type: Literal["extraction"]
+    dimension: str
+    output_name: str | None = None
+    output_type: Literal["STRING"] = "STRING"
+    extraction_fn: ExtractionFn
+
+    @property
+    def name(self) -> str:
+        return self.output_name or self.dimension
+
+
+class LookupDimensionSpec(_LookupExtraction):
+    """A lookup given inline (`lookup`) or registered (`name`)."""
+
+    type: Literal["lookup"]
+    dimension: str
+    output_name: str | None = None
+    lookup: MapLookupExtractorFactory | None = None
+    lookup_name: str | None = Field(default=None, alias="name", min_length=1)
+
+    @model_validator(mode="after")
+    def _one_lookup(self) -> LookupDimensionSpec:
+        if (self.lookup is None) == (self.lookup_name is None):
+            raise ValueError("exactly one of lookup (a map given inline) and name (a registered lookup) must be set")
+        return self
+
+    @property
+    def name(self) -> str:
+        return self.output_name or self.dimension
+
+
+def _dimension_spec_type(value: Any) -> str:
+    """A spec without `type` is a default one; its tag is written as a label (in parentheses) so that an error in
+    it names the user's field, not a tag their JSON does not have."""
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return "(default)" if kind is None else kind
+
+
+#: a dimension as a query names it: a column name, a default spec, or a spec that maps its values through a lookup
 DimensionSpec = Annotated[
+    Union[Annotated[DefaultDimensionSpec, Tag("default")], Annotated[DefaultDimensionSpec, Tag("(default)")],
+          Annotated[ExtractionDimensionSpec, Tag("extraction")], Annotated[LookupDimensionSpec, Tag("lookup")]],
+    Discriminator(_dimension_spec_type, custom_error_type="dimension_spec_type",
+                  custom_error_message="expected a dimension spec of type default, extraction or lookup"),
+    BeforeValidator(lambda v: {"dimension": v} if isinstance(v, str) else v),
+]
+#: a dimension read as it is stored (search, cardinality, column comparison)
+PlainDimensionSpec = Annotated[
     DefaultDimensionSpec, BeforeValidator(lambda v: {"dimension": v} if isinstance(v, str) else v)
 ]
 
@@ -169,7 +247,7 @@ class IntervalFilter(_Filter):
 
 class ColumnComparisonFilter(_Filter):
     type: Literal["columnComparison"]
-    dimensions: list[DimensionSpec] = Field(min_length=2)
+    dimensions: list[PlainDimensionSpec] = Field(min_length=2)
 
 
 class ExpressionFilter(_Filter):
@@ -286,7 +364,7 @@ class CardinalityAggregator(_NamedAggregator):
     """Distinct values, estimated (Druid uses HyperLogLog; Sluice DuckDB's approx_count_distinct)."""
 
     type: Literal["cardinality"]
-    fields: list[DimensionSpec] = Field(min_length=1)
+    fields: list[PlainDimensionSpec] = Field(min_length=1)
     by_row: bool = False
     round: bool = False
 
@@ -564,7 +642,7 @@ class SearchQuery(_Query):
     filter: DimFilter | None = None
     virtual_columns: list[ExpressionVirtualColumn] = []
     limit: int = Field(default=1000, ge=0)
-    search_dimensions: list[DimensionSpec] = []
+    search_dimensions: list[PlainDimensionSpec] = []
     query: SearchQuerySpec
     sort: SearchSortSpec = SearchSortSpec()
 

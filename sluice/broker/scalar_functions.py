@@ -22,6 +22,7 @@ from sqlglot import exp
 
 from sluice.broker.calls import Call, DruidFunction, template
 from sluice.broker.errors import SqlError
+from sluice.broker.lookups import lookup_call
 
 #: the longest string REPEAT, LPAD and RPAD may make: one query must not build gigabytes in a single value
 MAX_STRING_LENGTH = 16 * 1024 * 1024
@@ -309,11 +310,11 @@ SCALAR_FUNCTIONS: dict[str, DruidFunction] = {
     "IPV4_PARSE": DruidFunction(1, 1, lambda call: _ipv4_number(call.args[0])),
     "IPV4_STRINGIFY": DruidFunction(1, 1, _ipv4_stringify),
     "IPV4_MATCH": DruidFunction(2, 2, _ipv4_match),
+    "LOOKUP": DruidFunction(2, 3, lookup_call),
 }
 
 # Druid functions Sluice refuses, and why; the reason ends the user's error message.
 _UNSUPPORTED = {
-    "LOOKUP": "Sluice has no query-time lookups",
     "BITWISE_CONVERT_DOUBLE_TO_LONG_BITS": "DuckDB cannot reinterpret the bits of a DOUBLE",
     "BITWISE_CONVERT_LONG_BITS_TO_DOUBLE": "DuckDB cannot reinterpret the bits of a BIGINT",
     "IPV6_MATCH": "only the IPv4 address functions are supported",

@@ -27,6 +27,7 @@ from sluice.broker.errors import SqlError
 from sluice.broker.functions import TIME_COLUMN, DruidDialect, Session, Zone, is_druid_function, \
     rewrite_druid_functions
 from sluice.broker.intervals import table_intervals, unite
+from sluice.broker.lookups import LOOKUP_SCHEMA, from_lookup_schema, read_lookups
 from sluice.broker.scalar_functions import constant_pi, unsupported_reason
 from sluice.broker.system_tables import DRUID_SCHEMA, SystemTable, find_system_table, is_system_schema
 from sluice.broker.time_groups import group_time_buckets
@@ -97,6 +98,7 @@ class Translation:
     parameter_count: int  # `?` placeholders, bound positionally
     context: QueryContext
     explain: bool = False  # EXPLAIN PLAN FOR: describe the query instead of running it
+    lookups: frozenset[str] = frozenset()  # registered on the query's cursor (LOOKUP calls, `lookup.` tables)
 
 
 def translate(sql: str, tables: Collection[str]) -> str:
@@ -127,6 +129,7 @@ def translate_query(sql: str, tables: Collection[str], context: Mapping[str, Any
     _name_projections(statement)
     rewrite_druid_functions(statement, query_context.session)
     group_time_buckets(statement)
+    lookups = read_lookups(statement)
     if query_context.outer_limit is not None:
         statement = _limit(statement, query_context.outer_limit)
     return Translation(
@@ -137,6 +140,7 @@ def translate_query(sql: str, tables: Collection[str], context: Mapping[str, Any
         parameter_count=sum(1 for _ in statement.find_all(exp.Placeholder)),
         context=query_context,
         explain=bool(explain),
+        lookups=lookups,
     )
 
 
@@ -202,7 +206,8 @@ def _check_statement(statement: exp.Expr, sql: str) -> None:
 
 
 def _check_tables(statement: exp.Expr, sql: str, data_sources: set[str]) -> tuple[list[exp.Table], set[SystemTable]]:
-    """Every table is a known data source (optionally `druid.`), a system table or a CTE in scope.
+    """Every table is a known data source (optionally `druid.`), a lookup (`lookup.`; the engine says whether it
+    exists), a system table or a CTE in scope.
 
     Returns the references to data sources and the system tables read; system tables are renamed to the relations
     the engine registers for them.
@@ -218,6 +223,9 @@ def _check_tables(statement: exp.Expr, sql: str, data_sources: set[str]) -> tupl
         schema, catalog = table.args.get("db"), table.args.get("catalog")
         if catalog:
             raise SqlError(f"Object '{catalog.name}' not found{_Span.of(catalog, sql).suffix}")
+        if schema and schema.name == LOOKUP_SCHEMA:
+            from_lookup_schema(table)
+            continue
         if schema and schema.name != DRUID_SCHEMA:
             system.add(_system_table(table, schema, sql))
             continue

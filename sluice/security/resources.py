@@ -41,6 +41,8 @@ class Resource:
 STATE = Resource("STATE", ResourceType.STATE)
 #: the security API itself
 SECURITY = Resource("security", ResourceType.CONFIG)
+#: what Druid's ConfigResourceFilter authorizes: the coordinator's dynamic configs (compaction, lookups)
+CONFIG = Resource("CONFIG", ResourceType.CONFIG)
 #: reading from outside Druid (EXTERN, batch input sources in SQL ingestion)
 EXTERNAL = Resource("EXTERNAL", ResourceType.EXTERNAL)
 

@@ -10,19 +10,17 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
-from sluice.coordinator.compaction import (AuditInfo, AutoCompactionSnapshot, ClusterCompactionConfig,
+from sluice.coordinator.compaction import (AutoCompactionSnapshot, ClusterCompactionConfig,
                                            DruidCompactionConfig, compaction_config_history, parse_data_source_config,
                                            read_compaction_config, update_compaction_config)
 from sluice.metadata.store import MetadataStore
-from sluice.security.resources import Resource, ResourceType
+from sluice.security.resources import CONFIG
 from sluice.segment.segment import Interval
-from sluice.server.auth import config_guard, state_guard
+from sluice.server.auth import audit_info, config_guard, state_guard
 from sluice.server.json_body import read_json
 from sluice.spec.errors import SpecError, from_validation_error
 from sluice.spec.intervals import parse_interval
 
-#: what Druid's ConfigResourceFilter authorizes
-CONFIG = Resource("CONFIG", ResourceType.CONFIG)
 NOT_FOUND = "Datasource compaction config does not exist"
 
 
@@ -42,10 +40,6 @@ def compaction_router(metadata: MetadataStore, duty: CompactionDuty) -> APIRoute
     def bad(message: str) -> JSONResponse:
         return JSONResponse({"error": message}, status_code=400)
 
-    def audit(request: Request) -> AuditInfo:
-        return AuditInfo(request.headers.get("X-Druid-Author", ""), request.headers.get("X-Druid-Comment", ""),
-                         request.client.host if request.client else None)
-
     @router.get("/config/compaction", dependencies=guard)
     def cluster_config() -> dict[str, Any]:
         return read_compaction_config(metadata).to_json()
@@ -57,7 +51,7 @@ def compaction_router(metadata: MetadataStore, duty: CompactionDuty) -> APIRoute
             config = parse_data_source_config(await read_json(request))
         except SpecError as error:
             return bad(str(error))
-        update_compaction_config(metadata, lambda current: current.with_config(config), audit(request))
+        update_compaction_config(metadata, lambda current: current.with_config(config), audit_info(request))
         return Response(status_code=200)
 
     @router.post("/config/compaction/cluster", dependencies=guard)
@@ -67,7 +61,7 @@ def compaction_router(metadata: MetadataStore, duty: CompactionDuty) -> APIRoute
             update = ClusterCompactionConfig.model_validate(body)
         except ValidationError as err:
             return bad(str(from_validation_error(err, body)))
-        update_compaction_config(metadata, lambda current: current.with_cluster(update), audit(request))
+        update_compaction_config(metadata, lambda current: current.with_cluster(update), audit_info(request))
         return Response(status_code=200)
 
     @router.post("/config/compaction/taskslots", dependencies=guard)
@@ -82,7 +76,7 @@ def compaction_router(metadata: MetadataStore, duty: CompactionDuty) -> APIRoute
             name = {"compactionTaskSlotRatio": "ratio", "maxCompactionTaskSlots": "max"}
             error = from_validation_error(err, given)
             return bad(f"{name.get(error.path, error.path)}: {error.message}")
-        update_compaction_config(metadata, lambda current: current.with_cluster(update), audit(request))
+        update_compaction_config(metadata, lambda current: current.with_cluster(update), audit_info(request))
         return Response(status_code=200)
 
     @router.get("/config/compaction/{data_source}", dependencies=guard)
@@ -98,7 +92,7 @@ def compaction_router(metadata: MetadataStore, duty: CompactionDuty) -> APIRoute
             return current.without(data_source)
 
         try:
-            update_compaction_config(metadata, without, audit(request))
+            update_compaction_config(metadata, without, audit_info(request))
         except _NoConfig:
             return JSONResponse({"error": NOT_FOUND}, 404)
         return Response(status_code=200)

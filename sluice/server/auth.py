@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sluice.security.config import AuthConfig
 from sluice.security.access import AuthenticationResult, Forbidden, Security, Unauthenticated, readable, require
+from sluice.metadata.store import AuditInfo
 from sluice.security.resources import SECURITY, STATE, Action, Resource, ResourceAction, ResourceType
 
 #: always served without authentication (Druid's UNSECURED_PATHS of the overlord and coordinator)
@@ -125,6 +126,12 @@ def _guard(check: Callable[[Access, Request], None]) -> Any:
 def state_guard() -> Any:
     """STATE: servers, workers, leadership, metrics, the internal APIs between nodes."""
     return _guard(lambda access, request: access.require(STATE, method_action(request)))
+
+
+def audit_info(request: Request) -> AuditInfo:
+    """Druid's AuditInfo of a config change: the X-Druid-Author and X-Druid-Comment headers, the caller's address."""
+    return AuditInfo(request.headers.get("X-Druid-Author", ""), request.headers.get("X-Druid-Comment", ""),
+                     request.client.host if request.client else None)
 
 
 def config_guard(resource: Resource = SECURITY) -> Any:

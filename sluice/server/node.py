@@ -32,6 +32,8 @@ from sluice.broker.overlord_client import OverlordClient
 from sluice.discovery import BROKER, OVERLORD, Announcer, live_urls
 from sluice.emitter import EmitterConfig, ServiceEmitter, build_emitter
 from sluice.lifecycle import Lifecycle, Stage
+from sluice.lookups.coordinator import read_lookups
+from sluice.lookups.references import LookupReferences
 from sluice.metadata.offsets import StreamOffsets
 from sluice.metadata.store import MetadataStore
 from sluice.overlord.leadership import LeaderSelector
@@ -134,6 +136,8 @@ class NodeConfig:
     coordinator_period_s: float = 60.0
     #: druid.coordinator.period.indexingPeriod: how often auto-compaction submits compact tasks
     indexing_period_s: float = 1800.0
+    #: how soon a broker answers with a lookup posted to the coordinator: it reads the lookups this often at most
+    lookup_poll_s: float = 1.0
     #: druid.coordinator.kill.*: deleting unused segments, off by default
     kill: KillConfig = KillConfig()
     #: druid.auth.* and druid.escalator.*: Druid's default, allowAll, lets everyone do everything
@@ -388,10 +392,11 @@ class Node:
     # ---- broker ----
 
     def _start_broker(self) -> None:
+        lookups = LookupReferences(lambda: read_lookups(self.metadata), poll_s=self.config.lookup_poll_s)
         engine = SqlEngine(memory_limit=self.config.query_memory_limit,
                            max_result_rows=self.config.max_query_rows or None,
                            max_result_bytes=self.config.max_query_bytes or None,
-                           temp_directory=str(self.config.work_dir / "query-spill"))
+                           temp_directory=str(self.config.work_dir / "query-spill"), lookups=lookups.get)
         self.loaded = LoadedDataSources(engine.duckdb_config, self.config.load_max_rows) \
             if self.config.load_max_rows else None
         if self.config.role is Role.ALL_IN_ONE:

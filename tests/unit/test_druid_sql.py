@@ -293,7 +293,6 @@ REJECTED = [
     ("SELECT * FROM \"not-yet\"", "Object 'not-yet' not found (line [1], column [15])"),
     ("SELECT * FROM INFORMATION_SCHEMA.VIEWS", "Object 'VIEWS' not found within 'INFORMATION_SCHEMA' (line [1], column ["),
     ("SELECT * FROM sys.nope", "Object 'nope' not found within 'sys' (line [1], column [19])"),
-    ("SELECT * FROM lookup.countries", "Object 'lookup' not found (line [1], column [15])"),
     ("SELECT * FROM main.wiki", "Object 'main' not found (line [1], column [15])"),
     ("SELECT * FROM 'a.parquet'", "A string literal is not a table, use a data source name instead of 'a.parquet'"),
     ("SELECT * FROM read_parquet('x.parquet')", "Table functions are not allowed, only data sources: READ_PARQUET("),

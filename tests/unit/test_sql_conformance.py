@@ -34,6 +34,7 @@ import pytest
 from sluice.broker.engine import SqlEngine
 from sluice.broker.errors import SqlError
 from sluice.broker.results import render
+from sluice.lookups.references import LookupExtractor
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sql-functions.md"
 
@@ -68,6 +69,8 @@ TAXI_1 = "TIMESTAMP '2013-08-01 08:14:37'"
 TAXI_2 = "TIMESTAMP '2013-08-01 09:13:00'"
 JSON_DOC = """'{"x":1, "y":[1, 2, 3]}'"""  # the JSONPath example of sql-json-functions.md
 MV = "STRING_TO_MV('a,b,c', ',')"  # a multi-value string, as sql-multivalue-string-functions.md builds one
+# The lookup of sql-functions.md's LOOKUP example, as a broker serves it.
+CODE_TO_NAME = LookupExtractor({"SJU": "Luis Munoz Marin International Airport", "IAD": "Dulles International Airport"})
 
 
 @dataclass(frozen=True)
@@ -225,7 +228,8 @@ def _scalar() -> list[Case]:
         Case("LEFT", STRING, "LEFT('ABCDEFG', 3)", "ABC"),
         Case("LENGTH", STRING, "LENGTH('San Juan, PR')", 12),
         Case("LOOKUP", STRING, "LOOKUP('SJU', 'code_to_name', 'key not found')",
-             "Luis Munoz Marin International Airport", gap="missing: Sluice has no query-time lookups"),
+             "Luis Munoz Marin International Airport"),
+        Case("LOOKUP", STRING, "LOOKUP('BOS', 'code_to_name', 'key not found')", "key not found", "missing key"),
         Case("LOWER", STRING, "LOWER('San Juan, PR')", "san juan, pr"),
         Case("LPAD", STRING, "LPAD('Florida', 11, '+')", "++++Florida"),
         Case("LPAD", STRING, "LPAD('Massachusetts', 11, '+')", "Massachuset", "truncates"),
@@ -277,11 +281,9 @@ def _scalar() -> list[Case]:
         Case("TIME_FLOOR", TIME, f"TIME_FLOOR({TAXI_2}, 'PT45M', TIMESTAMP '2013-08-01 08:00:00')",
              "2013-08-01T08:45:00.000Z", "second row"),
         Case("TIME_FORMAT", TIME, f"TIME_FORMAT({TAXI_1}, 'dd-MM-YYYY hh:mm aa zzz', '-05:00')",
-             "01-08-2013 03:14 AM -05:00", gap="differs: the Joda zone field 'zzz' is refused"),
-        Case("TIME_IN_INTERVAL", TIME, f"TIME_IN_INTERVAL({TAXI_1}, '2013-08-01T08:00:00/PT1H')", True,
-             gap="differs: an ISO 8601 interval written start/period ('…/PT1H') is refused"),
-        Case("TIME_IN_INTERVAL", TIME, f"TIME_IN_INTERVAL({TAXI_2}, '2013-08-01T08:00:00/PT1H')", False, "outside",
-             gap="differs: an ISO 8601 interval written start/period ('…/PT1H') is refused"),
+             "01-08-2013 03:14 AM -05:00"),
+        Case("TIME_IN_INTERVAL", TIME, f"TIME_IN_INTERVAL({TAXI_1}, '2013-08-01T08:00:00/PT1H')", True),
+        Case("TIME_IN_INTERVAL", TIME, f"TIME_IN_INTERVAL({TAXI_2}, '2013-08-01T08:00:00/PT1H')", False, "outside"),
         Case("TIME_PARSE", TIME, "TIME_PARSE('2005-11-01', 'YYYY-MM-dd', '-05:00')", "2005-11-01T05:00:00.000Z"),
         Case("TIME_SHIFT", TIME, f"TIME_SHIFT({TAXI_1}, 'PT1H', -24)", "2013-07-31T08:14:37.000Z"),
         Case("TIMESTAMP_TO_MILLIS", TIME, f"TIMESTAMP_TO_MILLIS({TAXI_1})", 1375344877000),
@@ -367,7 +369,7 @@ def _sketches() -> list[Case]:
 def _aggregations() -> list[Case]:
     """Over `t`: n = 1…5 (mean 3, squared deviations 10), s = a b c a b, __time ascending, t2 descending."""
     sketch = "missing: Sluice keeps no DataSketches objects"
-    tdigest = unknown = "missing: unknown function"
+    tdigest = "missing: unknown function"
     return [
         Case(name, AGGREGATION, f"SELECT {sql} FROM t", expected, label, gap)
         for name, sql, expected, label, gap in [
@@ -400,8 +402,7 @@ def _aggregations() -> list[Case]:
             ("ARRAY_AGG", "ARRAY_AGG(s)", _unordered(["a", "b", "c", "a", "b"]), "", ""),
             ("ARRAY_AGG", "ARRAY_AGG(DISTINCT s)", ["a", "b", "c"], "distinct", ""),  # the element type's order
             ("ARRAY_CONCAT_AGG", "ARRAY_CONCAT_AGG(tags)", _unordered(["a", "b", "c", "a", "b", "c"]), "", ""),
-            ("ARRAY_CONCAT_AGG", "ARRAY_CONCAT_AGG(DISTINCT tags)", ["a", "b", "c"], "distinct",
-             "differs: ARRAY_CONCAT_AGG(DISTINCT …) is a syntax error"),
+            ("ARRAY_CONCAT_AGG", "ARRAY_CONCAT_AGG(DISTINCT tags)", ["a", "b", "c"], "distinct", ""),
             ("STRING_AGG", "STRING_AGG(s, ',')", _joined_unordered(["a", "b", "c", "a", "b"], ","), "", ""),
             ("STRING_AGG", "STRING_AGG(DISTINCT s, ',')", "a,b,c", "distinct", ""),  # STRING order
             ("LISTAGG", "LISTAGG(DISTINCT s, ',')", "a,b,c", "", ""),  # alias for STRING_AGG
@@ -423,44 +424,36 @@ def _aggregations() -> list[Case]:
 
 def _arrays() -> list[Case]:
     abc = "ARRAY['a', 'b', 'c']"
-    unknown = "missing: unknown function"
-    contains_all = "differs: an ARRAY second argument (contains all of it) fails in DuckDB's binder"
-    slice_gap = ("differs: indexes are taken 1-based with the end included (DuckDB's list_slice), and a start out of "
-                 "range gives [] instead of null")
     return [
         Case("ARRAY[]", ARRAY, abc, ["a", "b", "c"]),
         Case("ARRAY_APPEND", ARRAY, "ARRAY_APPEND(ARRAY['a', 'b'], 'z')", ["a", "b", "z"]),
         Case("ARRAY_CONCAT", ARRAY, "ARRAY_CONCAT(ARRAY['a', 'b'], ARRAY['c'])", ["a", "b", "c"]),
         Case("ARRAY_CONTAINS", ARRAY, f"ARRAY_CONTAINS({abc}, 'b')", True),
-        Case("ARRAY_CONTAINS", ARRAY, f"ARRAY_CONTAINS({abc}, ARRAY['a', 'c'])", True, "all elements", contains_all),
+        Case("ARRAY_CONTAINS", ARRAY, f"ARRAY_CONTAINS({abc}, ARRAY['a', 'c'])", True, "all elements"),
         Case("ARRAY_CONTAINS", ARRAY, f"ARRAY_CONTAINS({abc}, 'z')", False, "absent"),
         Case("ARRAY_LENGTH", ARRAY, "ARRAY_LENGTH(ARRAY[1, 2, 3])", 3),
-        Case("ARRAY_OFFSET", ARRAY, f"ARRAY_OFFSET({abc}, 1)", "b", gap=unknown),
-        Case("ARRAY_OFFSET", ARRAY, f"ARRAY_OFFSET({abc}, 3)", None, "out of range", unknown),
-        Case("ARRAY_OFFSET_OF", ARRAY, f"ARRAY_OFFSET_OF({abc}, 'c')", 2, gap=unknown),
-        Case("ARRAY_OFFSET_OF", ARRAY, f"ARRAY_OFFSET_OF({abc}, 'z')", None, "absent", unknown),
-        Case("ARRAY_ORDINAL", ARRAY, f"ARRAY_ORDINAL({abc}, 1)", "a", gap=unknown),
-        Case("ARRAY_ORDINAL", ARRAY, f"ARRAY_ORDINAL({abc}, 4)", None, "out of range", unknown),
-        Case("ARRAY_ORDINAL_OF", ARRAY, f"ARRAY_ORDINAL_OF({abc}, 'c')", 3, gap=unknown),
-        Case("ARRAY_ORDINAL_OF", ARRAY, f"ARRAY_ORDINAL_OF({abc}, 'z')", None, "absent", unknown),
-        Case("ARRAY_OVERLAP", ARRAY, "ARRAY_OVERLAP(ARRAY['a', 'b'], ARRAY['b', 'z'])", True, gap=unknown),
-        Case("ARRAY_OVERLAP", ARRAY, "ARRAY_OVERLAP(ARRAY['a', 'b'], ARRAY['y', 'z'])", False, "disjoint", unknown),
-        Case("ARRAY_PREPEND", ARRAY, "ARRAY_PREPEND('z', ARRAY['a', 'b'])", ["z", "a", "b"],
-             gap="differs: ARRAY_PREPEND(expr, arr) fails in DuckDB's binder (list_concat of the array and the "
-                 "scalar)"),
-        Case("ARRAY_SLICE", ARRAY, "ARRAY_SLICE(ARRAY['a', 'b', 'c', 'd'], 1, 3)", ["b", "c"], gap=slice_gap),
-        Case("ARRAY_SLICE", ARRAY, f"ARRAY_SLICE({abc}, -1, 2)", None, "negative start", slice_gap),
-        Case("ARRAY_SLICE", ARRAY, f"ARRAY_SLICE({abc}, 4, 5)", None, "start past the end", slice_gap),
-        Case("ARRAY_SLICE", ARRAY, f"ARRAY_SLICE({abc}, 2, 1)", None, "start after end", slice_gap),
-        Case("ARRAY_TO_MV", ARRAY, "ARRAY_TO_MV(ARRAY['a', 'b'])", ["a", "b"], gap=unknown),
+        Case("ARRAY_OFFSET", ARRAY, f"ARRAY_OFFSET({abc}, 1)", "b"),
+        Case("ARRAY_OFFSET", ARRAY, f"ARRAY_OFFSET({abc}, 3)", None, "out of range"),
+        Case("ARRAY_OFFSET_OF", ARRAY, f"ARRAY_OFFSET_OF({abc}, 'c')", 2),
+        Case("ARRAY_OFFSET_OF", ARRAY, f"ARRAY_OFFSET_OF({abc}, 'z')", None, "absent"),
+        Case("ARRAY_ORDINAL", ARRAY, f"ARRAY_ORDINAL({abc}, 1)", "a"),
+        Case("ARRAY_ORDINAL", ARRAY, f"ARRAY_ORDINAL({abc}, 4)", None, "out of range"),
+        Case("ARRAY_ORDINAL_OF", ARRAY, f"ARRAY_ORDINAL_OF({abc}, 'c')", 3),
+        Case("ARRAY_ORDINAL_OF", ARRAY, f"ARRAY_ORDINAL_OF({abc}, 'z')", None, "absent"),
+        Case("ARRAY_OVERLAP", ARRAY, "ARRAY_OVERLAP(ARRAY['a', 'b'], ARRAY['b', 'z'])", True),
+        Case("ARRAY_OVERLAP", ARRAY, "ARRAY_OVERLAP(ARRAY['a', 'b'], ARRAY['y', 'z'])", False, "disjoint"),
+        Case("ARRAY_PREPEND", ARRAY, "ARRAY_PREPEND('z', ARRAY['a', 'b'])", ["z", "a", "b"]),
+        Case("ARRAY_SLICE", ARRAY, "ARRAY_SLICE(ARRAY['a', 'b', 'c', 'd'], 1, 3)", ["b", "c"]),
+        Case("ARRAY_SLICE", ARRAY, f"ARRAY_SLICE({abc}, -1, 2)", None, "negative start"),
+        Case("ARRAY_SLICE", ARRAY, f"ARRAY_SLICE({abc}, 4, 5)", None, "start past the end"),
+        Case("ARRAY_SLICE", ARRAY, f"ARRAY_SLICE({abc}, 2, 1)", None, "start after end"),
+        Case("ARRAY_TO_MV", ARRAY, "ARRAY_TO_MV(ARRAY['a', 'b'])", ["a", "b"]),
         Case("ARRAY_TO_STRING", ARRAY, f"ARRAY_TO_STRING({abc}, '-')", "a-b-c"),
-        Case("SCALAR_IN_ARRAY", ARRAY, "SCALAR_IN_ARRAY('b', ARRAY['a', 'b'])", True, gap=unknown),
-        Case("SCALAR_IN_ARRAY", ARRAY, "SCALAR_IN_ARRAY('z', ARRAY['a', 'b'])", False, "absent", unknown),
-        Case("SCALAR_IN_ARRAY", ARRAY, "SCALAR_IN_ARRAY(CAST(NULL AS VARCHAR), ARRAY['a', 'b'])", None, "null",
-             unknown),
+        Case("SCALAR_IN_ARRAY", ARRAY, "SCALAR_IN_ARRAY('b', ARRAY['a', 'b'])", True),
+        Case("SCALAR_IN_ARRAY", ARRAY, "SCALAR_IN_ARRAY('z', ARRAY['a', 'b'])", False, "absent"),
+        Case("SCALAR_IN_ARRAY", ARRAY, "SCALAR_IN_ARRAY(CAST(NULL AS VARCHAR), ARRAY['a', 'b'])", None, "null"),
         Case("STRING_TO_ARRAY", ARRAY, "STRING_TO_ARRAY('a,b,c', ',')", ["a", "b", "c"]),
-        Case("STRING_TO_ARRAY", ARRAY, "STRING_TO_ARRAY('a1b22c', '[0-9]+')", ["a", "b", "c"], "regex delimiter",
-             "differs: the delimiter is taken as plain text, not as a regular expression"),
+        Case("STRING_TO_ARRAY", ARRAY, "STRING_TO_ARRAY('a1b22c', '[0-9]+')", ["a", "b", "c"], "regex delimiter"),
     ]
 
 
@@ -468,7 +461,7 @@ def _multi_value() -> list[Case]:
     """The multi-value argument is an ARRAY literal ("All array references in the multi-value string function
     documentation can refer to multi-value string columns or ARRAY types"), so that each row tests its own function;
     STRING_TO_MV and MV_TO_ARRAY build and read a real multi-value string."""
-    abc, unknown = "ARRAY['a', 'b', 'c']", "missing: unknown function"
+    abc = "ARRAY['a', 'b', 'c']"
     cases = [
         ("MV_APPEND", f"MV_APPEND({abc}, 'z')", ["a", "b", "c", "z"], ""),
         ("MV_CONCAT", f"MV_CONCAT({abc}, ARRAY['d', 'e'])", ["a", "b", "c", "d", "e"], ""),
@@ -488,36 +481,32 @@ def _multi_value() -> list[Case]:
         ("MV_TO_STRING", f"MV_TO_STRING({abc}, '-')", "a-b-c", ""),
         ("STRING_TO_MV", MV, ["a", "b", "c"], ""),
     ]
-    return [Case(name, MULTI_VALUE, sql, expected, label, unknown) for name, sql, expected, label in cases]
+    return [Case(name, MULTI_VALUE, sql, expected, label) for name, sql, expected, label in cases]
 
 
 def _json() -> list[Case]:
     doc = f"PARSE_JSON({JSON_DOC})"
-    unknown = "missing: unknown function"
-    text = "differs: returns JSON text (VARCHAR) where Druid returns a COMPLEX<json> value"
-    returning = "differs: JSON_VALUE(… RETURNING type) is a syntax error"
     return [
         Case("JSON_KEYS", JSON_, f"JSON_KEYS({doc}, '$')", ["x", "y"]),
-        Case("JSON_MERGE", JSON_, """JSON_MERGE('{"a":1,"b":2}', '{"b":3}')""", {"a": 1, "b": 3}, gap=unknown),
-        Case("JSON_OBJECT", JSON_, "JSON_OBJECT(KEY 'x' VALUE 1, KEY 'y' VALUE 'z')", {"x": 1, "y": "z"},
-             gap=text),
-        Case("JSON_OBJECT", JSON_, "JSON_OBJECT('x': 1)", {"x": 1}, "colon pairs", text),
-        Case("JSON_PATHS", JSON_, f"JSON_PATHS({doc})", _unordered(["$.x", "$.y"]), gap=unknown),
+        Case("JSON_MERGE", JSON_, """JSON_MERGE('{"a":1,"b":2}', '{"b":3}')""", {"a": 1, "b": 3}),
+        Case("JSON_OBJECT", JSON_, "JSON_OBJECT(KEY 'x' VALUE 1, KEY 'y' VALUE 'z')", {"x": 1, "y": "z"}),
+        Case("JSON_OBJECT", JSON_, "JSON_OBJECT('x': 1)", {"x": 1}, "colon pairs"),
+        Case("JSON_PATHS", JSON_, f"JSON_PATHS({doc})", _unordered(["$.x", "$.y"])),
         # the JSONPath examples of sql-json-functions.md
-        Case("JSON_QUERY", JSON_, f"JSON_QUERY({doc}, '$')", {"x": 1, "y": [1, 2, 3]}, gap=unknown),
-        Case("JSON_QUERY", JSON_, f"JSON_QUERY({doc}, '$[''y'']')", [1, 2, 3], "bracket notation", unknown),
+        Case("JSON_QUERY", JSON_, f"JSON_QUERY({doc}, '$')", {"x": 1, "y": [1, 2, 3]}),
+        Case("JSON_QUERY", JSON_, f"JSON_QUERY({doc}, '$[''y'']')", [1, 2, 3], "bracket notation"),
         Case("JSON_QUERY_ARRAY", JSON_, """JSON_QUERY_ARRAY(PARSE_JSON('{"a":[{"b":1},{"b":2}]}'), '$.a')""",
-             [{"b": 1}, {"b": 2}], gap=unknown),
-        Case("JSON_QUERY_ARRAY", JSON_, f"JSON_QUERY_ARRAY({doc}, '$.x')", [1], "not an array", unknown),
+             [{"b": 1}, {"b": 2}]),
+        Case("JSON_QUERY_ARRAY", JSON_, f"JSON_QUERY_ARRAY({doc}, '$.x')", [1], "not an array"),
         Case("JSON_VALUE", JSON_, f"JSON_VALUE({doc}, '$.x')", "1", "no RETURNING"),  # "defaults to VARCHAR"
-        Case("JSON_VALUE", JSON_, f"JSON_VALUE({doc}, '$.x' RETURNING BIGINT)", 1, gap=returning),
-        Case("JSON_VALUE", JSON_, f"JSON_VALUE({doc}, '$.y[1]' RETURNING BIGINT)", 2, "array index", returning),
-        Case("JSON_VALUE", JSON_, f"JSON_VALUE({doc}, '$.y' RETURNING BIGINT ARRAY)", [1, 2, 3], "array", returning),
-        Case("PARSE_JSON", JSON_, doc, {"x": 1, "y": [1, 2, 3]}, gap=text),
+        Case("JSON_VALUE", JSON_, f"JSON_VALUE({doc}, '$.x' RETURNING BIGINT)", 1),
+        Case("JSON_VALUE", JSON_, f"JSON_VALUE({doc}, '$.y[1]' RETURNING BIGINT)", 2, "array index"),
+        Case("JSON_VALUE", JSON_, f"JSON_VALUE({doc}, '$.y' RETURNING BIGINT ARRAY)", [1, 2, 3], "array"),
+        Case("PARSE_JSON", JSON_, doc, {"x": 1, "y": [1, 2, 3]}),
         Case("PARSE_JSON", JSON_, "PARSE_JSON('not json')", REFUSED, "invalid"),
-        Case("TO_JSON_STRING", JSON_, """TO_JSON_STRING(PARSE_JSON('{"x":1}'))""", '{"x":1}', gap=unknown),
-        Case("TRY_PARSE_JSON", JSON_, "TRY_PARSE_JSON('not json')", None, gap=unknown),
-        Case("TRY_PARSE_JSON", JSON_, f"TRY_PARSE_JSON({JSON_DOC})", {"x": 1, "y": [1, 2, 3]}, "valid", unknown),
+        Case("TO_JSON_STRING", JSON_, """TO_JSON_STRING(PARSE_JSON('{"x":1}'))""", '{"x":1}'),
+        Case("TRY_PARSE_JSON", JSON_, "TRY_PARSE_JSON('not json')", None),
+        Case("TRY_PARSE_JSON", JSON_, f"TRY_PARSE_JSON({JSON_DOC})", {"x": 1, "y": [1, 2, 3]}, "valid"),
     ]
 
 
@@ -566,7 +555,7 @@ def evaluate(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], list[A
     folder = tmp_path_factory.mktemp("conformance")
     pq.write_table(pa.table(T), folder / "t.parquet")
     pq.write_table(pa.table(WIKIPEDIA), folder / "wikipedia.parquet")
-    engine = SqlEngine(threads=1)
+    engine = SqlEngine(threads=1, lookups={"code_to_name": CODE_TO_NAME}.get)
     tables = {"t": [str(folder / "t.parquet")], "wikipedia": [str(folder / "wikipedia.parquet")]}
 
     def first_column(sql: str) -> list[Any]:
