@@ -47,8 +47,6 @@ def rewrite_array(node: exp.Expr) -> exp.Expr:
         return _split(node.this, node.expression)
     if isinstance(node, exp.ArrayToString):
         return _to_string(node.this, node.expression)
-    if isinstance(node, exp.ArrayConcatAgg) and isinstance(node.this, exp.Distinct):
-        return _concat_distinct(node.this.expressions[0])
     return node
 
 
@@ -181,10 +179,14 @@ def _as_strings(call: Call) -> exp.Expr:
     return exp.cast(call.args[0].copy(), exp.DataType.build("VARCHAR[]", dialect="duckdb"))
 
 
-def _concat_distinct(value: exp.Expr) -> exp.Expr:
-    """ARRAY_CONCAT_AGG(DISTINCT arr): the distinct elements sorted, NULL first as in ARRAY_AGG(DISTINCT) (DuckDB's
-    LIST_DISTINCT drops the NULL, so it is put back)."""
-    elements = exp.ArrayConcatAgg(this=value.copy())
+def _concat_agg(call: Call) -> exp.Expr:
+    """ARRAY_CONCAT_AGG([DISTINCT] arr[, size]): the size is Druid's memory hint (after DISTINCT, the parser keeps it
+    inside the DISTINCT); DISTINCT elements come sorted, NULL first as in ARRAY_AGG(DISTINCT) (DuckDB's LIST_DISTINCT
+    drops the NULL, so it is put back)."""
+    value = call.args[0]
+    if not isinstance(value, exp.Distinct):
+        return exp.ArrayConcatAgg(this=value.copy())
+    elements = exp.ArrayConcatAgg(this=value.expressions[0].copy())
     return template(
         "CASE WHEN LIST_POSITION(f, NULL) IS NULL THEN LIST_SORT(LIST_DISTINCT(f))"
         " ELSE LIST_PREPEND(NULL, LIST_SORT(LIST_DISTINCT(f))) END",
@@ -192,6 +194,7 @@ def _concat_distinct(value: exp.Expr) -> exp.Expr:
 
 
 ARRAY_FUNCTIONS: dict[str, DruidFunction] = {
+    "ARRAY_CONCAT_AGG": DruidFunction(1, 2, _concat_agg),
     "ARRAY_OFFSET": DruidFunction(2, 2, _element(0)),
     "ARRAY_ORDINAL": DruidFunction(2, 2, _element(1)),
     "ARRAY_OFFSET_OF": DruidFunction(2, 2, _position(0)),

@@ -49,7 +49,7 @@ class DruidDialect(Druid):
         FUNCTIONS = {
             name: build
             for name, build in Druid.Parser.FUNCTIONS.items()
-            if name not in ("ANY_VALUE", "ARRAY_AGG", "APPROX_QUANTILE", "TIMESTAMPDIFF", "REGEXP_EXTRACT",
+            if name not in ("ANY_VALUE", "ARRAY_AGG", "ARRAY_CONCAT_AGG", "APPROX_QUANTILE", "TIMESTAMPDIFF", "REGEXP_EXTRACT",
                             "REGEXP_REPLACE", "REPEAT", "GLOB")
         }
         FUNCTION_PARSERS = {**Druid.Parser.FUNCTION_PARSERS, "POSITION": lambda self: self._parse_druid_position()}

@@ -113,6 +113,12 @@ def test_array_concat_agg_distinct_sorts_with_null_first(run) -> None:
     assert run("SELECT ARRAY_CONCAT_AGG(DISTINCT arrayDouble) FROM arrays") == [[None, 1.1, 2.2, 5.5, 999.0]]
 
 
+def test_array_concat_agg_takes_druids_size_argument(run) -> None:
+    """`size` is a memory hint, after DISTINCT or without it (sql-aggregations.md: ARRAY_CONCAT_AGG(expr, [size]))."""
+    assert run("SELECT ARRAY_CONCAT_AGG(arrayLong, 10000) FROM arrays WHERE label = 'row3'") == [[1, 2, 3]]
+    assert run("SELECT ARRAY_CONCAT_AGG(DISTINCT arrayDouble, 10000) FROM arrays") == [[None, 1.1, 2.2, 5.5, 999.0]]
+
+
 def test_a_slice_padded_beyond_reason_is_refused(run) -> None:
     with pytest.raises(SqlError) as caught:
         run("SELECT ARRAY_SLICE(arrayLong, 0, 2000000000) FROM arrays")
