@@ -17,6 +17,7 @@ from sqlglot import exp
 
 from sluice.broker.functions import TIME_COLUMN, Zone
 from sluice.segment.segment import ETERNITY, Interval
+from sluice.spec.intervals import parse_interval
 
 _MILLI = timedelta(milliseconds=1)
 
@@ -75,7 +76,7 @@ class _Bounds:
             literal = condition.expressions[1]
             if isinstance(literal, exp.Literal) and literal.is_string:
                 try:
-                    return [Interval.parse(literal.name)]
+                    return [Interval(*parse_interval(literal.name))]
                 except ValueError:
                     pass
         if isinstance(condition, exp.EQ | exp.GT | exp.GTE | exp.LT | exp.LTE):

@@ -41,6 +41,8 @@ def _intervals(where: str, context: dict | None = None, source: str = "wiki") ->
         ("__time >= '2015-09-12' AND (__time < '2015-09-13' OR __time >= '2015-09-14' AND __time < '2015-09-15')",
          [("2015-09-12", "2015-09-13"), ("2015-09-14", "2015-09-15")]),
         ("TIME_IN_INTERVAL(__time, '2015-09-12T00:00:00Z/2015-09-13T00:00:00Z')", [("2015-09-12", "2015-09-13")]),
+        ("TIME_IN_INTERVAL(__time, '2015-09-12T00:00:00Z/PT6H')", [("2015-09-12", "2015-09-12 06:00:00")]),
+        ("TIME_IN_INTERVAL(__time, 'P1D/2015-09-13')", [("2015-09-12", "2015-09-13")]),
         ("__time >= MILLIS_TO_TIMESTAMP(1442016000000)", [("2015-09-12", None)]),
         ("__time >= TIME_PARSE('2015-09-12T02:00:00+02:00')", [("2015-09-12", None)]),
         ("__time >= CURRENT_TIMESTAMP - INTERVAL '1' DAY", [("2015-09-19 12:00:00", None)]),
