@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from sluice.spec.context import TaskContext
 from sluice.spec.data_schema import DataSchema, GranularitySpec
 from sluice.spec.errors import SpecError, from_validation_error
 from sluice.spec.input_format import RecordFormat
@@ -245,7 +246,7 @@ class BatchTaskPayload(SpecModel):
     type: Literal["index_parallel", "index"]
     id: str | None = None
     spec: BatchIngestionSpec
-    context: dict[str, Any] = Field(default_factory=dict)
+    context: TaskContext = Field(default_factory=TaskContext)
     #: Druid writes these in a stored task payload; accepted and recomputed
     group_id: str | None = None
     data_source: str | None = None

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, field_validator, model_validator
 
 from sluice.spec.model import SpecModel
+from sluice.spec.tuning import defaults_only
 
 
 class FlattenField(SpecModel):
@@ -155,6 +156,8 @@ class AvroOcfInputFormat(SpecModel):
     schema_: dict[str, Any] | None = Field(None, alias="schema")
     binary_as_string: bool = False
     extract_unions_by_type: bool = False
+
+    _defaults = defaults_only({"extract_unions_by_type": (False, "a union is read as the value it holds")})
 
 
 #: the formats a file, a SQL row set or a Kafka message value can be in

@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
 from sluice.spec.filters import DimFilter
+from sluice.spec.intervals import parse_interval
 from sluice.spec.model import SpecModel
 
 
@@ -38,13 +39,24 @@ def reveal(password: Password | None) -> str | None:
     return value
 
 
+def _no_system_fields(value: list[str]) -> list[str]:
+    """Druid's systemFields (`__file_uri`, `__file_bucket`, `__file_path` as columns of every row): not yet."""
+    if value:
+        raise ValueError("systemFields are not supported yet: the file a row came from is not a column")
+    return value
+
+
+#: Druid's systemFields, refused unless empty
+SystemFields = Annotated[list[str], AfterValidator(_no_system_fields)]
+
+
 class LocalInputSource(SpecModel):
     type: Literal["local"]
     base_dir: str | None = None
     #: a wildcard over file names (`*`, `?`), Druid's WildcardFileFilter; required with baseDir
     filter: str | None = None
     files: list[str] = Field(default_factory=list)
-    system_fields: list[str] = Field(default_factory=list)
+    system_fields: SystemFields = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _something_to_read(self) -> LocalInputSource:
@@ -61,7 +73,7 @@ class HttpInputSource(SpecModel):
     http_authentication_username: str | None = None
     http_authentication_password: Password | None = None
     request_headers: dict[str, str] = Field(default_factory=dict)
-    system_fields: list[str] = Field(default_factory=list)
+    system_fields: SystemFields = Field(default_factory=list)
 
     @field_validator("uris")
     @classmethod
@@ -120,7 +132,16 @@ class S3InputSource(SpecModel):
     endpoint_config: S3EndpointConfig | None = None
     client_config: S3ClientConfig | None = None
     properties: S3Properties | None = None
-    system_fields: list[str] = Field(default_factory=list)
+    #: Druid's proxyConfig (host, port, username, password): not yet, the S3 client connects directly
+    proxy_config: dict[str, Any] | None = None
+    system_fields: SystemFields = Field(default_factory=list)
+
+    @field_validator("proxy_config")
+    @classmethod
+    def _no_proxy(cls, value: dict[str, Any] | None) -> None:
+        if value is not None:
+            raise ValueError("an S3 proxy is not supported yet: the S3 client connects to the endpoint directly")
+        return value
 
     @model_validator(mode="after")
     def _one_of(self) -> S3InputSource:
@@ -174,6 +195,12 @@ class DruidInputSource(SpecModel):
     filter: DimFilter | None = None
     dimensions: list[str] | None = None
     metrics: list[str] | None = None
+
+    @field_validator("interval")
+    @classmethod
+    def _an_interval(cls, value: str) -> str:
+        parse_interval(value)  # refused on submit, as Druid's Intervals.of refuses it
+        return value
 
 
 class KafkaInputSource(SpecModel):

@@ -20,6 +20,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from sluice.periods import format_duration, parse_duration
+from sluice.spec.context import TaskContext
 from sluice.spec.data_schema import DataSchema
 from sluice.spec.errors import SpecError, from_validation_error
 from sluice.spec.input_format import (
@@ -436,7 +437,7 @@ class KafkaSupervisorSpec(SpecModel):
     type: Literal["kafka"]
     spec: IngestionSpec
     suspended: bool = False
-    context: dict[str, Any] | None = None
+    context: TaskContext | None = None
     supervisor_id: str | None = Field(None, alias="id")
 
     @field_validator("supervisor_id")
@@ -464,7 +465,8 @@ class KafkaSupervisorSpec(SpecModel):
             "ioConfig": self.spec.io_config.to_json(),
             "tuningConfig": self.spec.tuning_config.to_json(),
         }
-        return {"type": self.type, "spec": spec, **spec, "context": self.context, "suspended": self.suspended}
+        return {"type": self.type, "spec": spec, **spec, "context": self.context.to_json() if self.context else None,
+                "suspended": self.suspended}
 
 
 _LEGACY_KEYS = ("dataSchema", "ioConfig", "tuningConfig")

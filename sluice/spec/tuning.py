@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from sluice.spec.model import SpecModel
 
-__all__ = ["AppendableIndexSpec", "DruidRuntimeTuning", "defaults_only"]
+__all__ = ["AppendableIndexSpec", "DruidRuntimeTuning", "IndexSpec", "defaults_only"]
 
 
 def defaults_only(reasons: Mapping[str, tuple[Any, str]]) -> Any:
@@ -39,6 +39,51 @@ class AppendableIndexSpec(SpecModel):
     _defaults = defaults_only({"preserve_existing_metrics": (False, "metrics are aggregated from the input rows")})
 
 
+#: Druid's CompressionStrategy names
+Compression = Literal["lz4", "lzf", "zstd", "uncompressed", "none"]
+
+
+class BitmapSpec(SpecModel):
+    type: Literal["roaring", "concise"] = "roaring"
+    compress_run_on_serialization: bool = True
+
+
+class StringDictionaryEncoding(SpecModel):
+    type: Literal["utf8", "frontCoded"] = "utf8"
+    #: values per front-coded bucket: a power of 2 up to 128
+    bucket_size: int = Field(4, ge=1, le=128)
+    format_version: Literal[0, 1] = 0
+
+    @field_validator("bucket_size")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        if value & (value - 1):
+            raise ValueError(f"bucketSize must be a power of 2 up to 128, got {value}")
+        return value
+
+
+class IndexSpec(SpecModel):
+    """Druid's segment file format: checked as Druid checks it (a misspelt compression is an error there too), and
+    of no effect here, since segments are Parquet files whose encoding pyarrow and Spark choose."""
+
+    bitmap: BitmapSpec = BitmapSpec()
+    dimension_compression: Compression = "lz4"
+    string_dictionary_encoding: StringDictionaryEncoding = StringDictionaryEncoding()
+    metric_compression: Compression = "lz4"
+    long_encoding: Literal["longs", "auto"] = "longs"
+    complex_metric_compression: Compression = "uncompressed"
+    json_compression: Compression = "lz4"
+    segment_loader: dict[str, Any] | None = None
+    auto_column_format_spec: dict[str, Any] | None = None
+
+    @field_validator("dimension_compression", "metric_compression", "long_encoding", "complex_metric_compression",
+                     "json_compression", mode="before")
+    @classmethod
+    def _any_case(cls, value: Any) -> Any:
+        """Druid reads these enums in any case (`LZ4`, `lz4`)."""
+        return value.lower() if isinstance(value, str) else value
+
+
 class DruidRuntimeTuning(SpecModel):
     """The tuningConfig fields of Druid's own JVM that the Kafka supervisor and batch tasks share."""
 
@@ -46,7 +91,7 @@ class DruidRuntimeTuning(SpecModel):
     max_columns_to_merge: int = -1
     num_persist_threads: int = 1
     skip_bytes_in_memory_overhead_check: bool = False
-    index_spec: dict[str, Any] | None = None
-    index_spec_for_intermediate_persists: dict[str, Any] | None = None
+    index_spec: IndexSpec | None = None
+    index_spec_for_intermediate_persists: IndexSpec | None = None
     segment_write_out_medium_factory: dict[str, Any] | None = None
     appendable_index_spec: AppendableIndexSpec | None = None

@@ -48,8 +48,6 @@ from sluice.timestamps import format_timestamp
 
 log = logging.getLogger(__name__)
 
-#: Druid's taskLockTimeout default: how long a task waits for a lock another task holds
-LOCK_TIMEOUT_MS = 300_000
 REPORT_FILE = "report.json"
 
 
@@ -95,7 +93,7 @@ class BatchIndexTaskSpec(PayloadTaskSpec):
     def to_json(self) -> dict[str, Any]:
         return {"type": self.type, "id": self.id, "groupId": self.group_id, "dataSource": self.data_source,
                 "resource": {"availabilityGroup": self.group_id, "requiredCapacity": 1},
-                "spec": self.payload.spec.to_json(), "context": {**self.payload.context, "priority": self.priority}}
+                "spec": self.payload.spec.to_json(), "context": {**self.payload.context.to_json(), "priority": self.priority}}
 
 
 def spec_from_json(payload: dict[str, Any]) -> BatchIndexTaskSpec:
@@ -115,9 +113,9 @@ def lock_type(payload: BatchTaskPayload) -> str:
     """Druid's TaskLocks rules: `useConcurrentLocks` takes APPEND locks to append and REPLACE locks to overwrite;
     otherwise `taskLockType`, or SHARED with `useSharedLock`, else EXCLUSIVE. Only appends may share chunks."""
     context, mode = payload.context, payload.spec.io_config.mode
-    if context.get("useConcurrentLocks"):
+    if context.use_concurrent_locks:
         return "APPEND" if mode is IngestionMode.APPEND else "REPLACE"
-    chosen = context.get("taskLockType") or ("SHARED" if context.get("useSharedLock") else "EXCLUSIVE")
+    chosen = context.task_lock_type or ("SHARED" if context.use_shared_lock else "EXCLUSIVE")
     if chosen in ("SHARED", "APPEND") and mode is not IngestionMode.APPEND:
         return "EXCLUSIVE"
     return str(chosen)
@@ -270,7 +268,8 @@ class BatchIndexTask:
 
     def _lock(self, interval: Interval) -> str:
         """The version this task writes `interval` at, from its time-chunk lock."""
-        lock = actions.lock_time_chunk(self.toolbox.actions, interval, lock_type(self.spec.payload), LOCK_TIMEOUT_MS)
+        lock = actions.lock_time_chunk(self.toolbox.actions, interval, lock_type(self.spec.payload),
+                                   self.spec.payload.context.task_lock_timeout)
         return str(lock["version"])
 
     def _lock_up_front(self, intervals: list[Interval], granularity: Granularity) -> dict[Interval, str]:
@@ -299,7 +298,7 @@ class BatchIndexTask:
         if mode is IngestionMode.REPLACE:
             for chunk in _chunks(intervals, granularity):
                 by_chunk.setdefault(chunk, [])
-        if self.spec.payload.context.get("sqlReplaceTimeChunks") == "all":  # SQL's REPLACE … OVERWRITE ALL
+        if self.spec.payload.context.sql_replace_time_chunks == "all":  # SQL's REPLACE … OVERWRITE ALL
             used = self.toolbox.metadata.used_segments(schema.data_source)
             for chunk in _chunks([s.interval for s in used], granularity):
                 by_chunk.setdefault(chunk, [])

@@ -34,6 +34,7 @@ from sluice.segment.columns import parquet_column_types
 from sluice.segment.deep_storage import default_cache_dir
 from sluice.segment.segment import DataSegment, Interval
 from sluice.segment.timeline import VersionedIntervalTimeline
+from sluice.spec.context import TaskContext
 from sluice.spec.batch import BatchTuningConfig, parse_batch_task
 from sluice.spec.data_schema import AggregatorSpec, DimensionsSpec
 from sluice.spec.errors import SpecError, from_validation_error
@@ -119,7 +120,7 @@ class CompactionTaskPayload(SpecModel):
     granularity_spec: CompactionGranularitySpec | None = None
     transform_spec: CompactionTransformSpec | None = None
     tuning_config: dict[str, Any] | None = None
-    context: dict[str, Any] = Field(default_factory=dict)
+    context: TaskContext = Field(default_factory=TaskContext)
     #: Druid writes these in a stored task payload; accepted and recomputed
     group_id: str | None = None
     resource: dict[str, Any] | None = None
@@ -178,7 +179,7 @@ class CompactionTaskSpec(PayloadTaskSpec):
         document = {k: v for k, v in self.payload.to_json().items() if v is not None}
         return {**document, "id": self.id, "groupId": self.group_id, "dataSource": self.data_source,
                 "resource": {"availabilityGroup": self.group_id, "requiredCapacity": 1},
-                "context": {**self.payload.context, "priority": self.priority}}
+                "context": {**self.payload.context.to_json(), "priority": self.priority}}
 
 
 def spec_from_json(payload: dict[str, Any]) -> CompactionTaskSpec:
@@ -314,7 +315,7 @@ def _payload(spec: CompactionTaskSpec, segments: Sequence[InputSegment], interva
                                   "inputSource": {"type": "druid", "dataSource": spec.data_source,
                                                   "interval": str(interval)}},
                      "tuningConfig": {"type": "index_parallel", **tuning}},
-            "context": {**given.context, "priority": spec.priority}}
+            "context": {**given.context.to_json(), "priority": spec.priority}}
 
 
 def _unified(segments: Sequence[InputSegment]) -> list[tuple[Interval, list[InputSegment]]]:

@@ -23,6 +23,7 @@ from pydantic import Field, ValidationError
 
 from sluice.ids import DataSourceName
 from sluice.segment.segment import DataSegment, Interval
+from sluice.spec.context import TaskContext
 from sluice.spec.errors import SpecError, from_validation_error
 from sluice.spec.intervals import parse_interval
 from sluice.spec.model import SpecModel
@@ -37,8 +38,6 @@ log = logging.getLogger(__name__)
 BATCH_SIZE = 100
 #: Druid's Tasks.DEFAULT_TASK_PRIORITY: a kill waits for every writer of its interval
 KILL_PRIORITY = 0
-#: how long the kill waits for tasks holding locks on its interval (Druid's taskLockTimeout)
-LOCK_TIMEOUT_MS = 300_000
 REPORT_KEY = "killUnusedSegments"
 
 
@@ -52,7 +51,7 @@ class KillTaskPayload(SpecModel):
     limit: int | None = Field(None, gt=0)
     #: only segments marked unused at or before this instant are killed (the kill duty's buffer period)
     max_used_status_last_updated_time: str | None = None
-    context: dict[str, Any] = Field(default_factory=dict)
+    context: TaskContext = Field(default_factory=TaskContext)
     group_id: str | None = None
     resource: dict[str, Any] | None = None
     created_time: str | None = None
@@ -81,7 +80,7 @@ class KillTaskSpec(PayloadTaskSpec):
         document = {k: v for k, v in self.payload.to_json().items() if v is not None}
         return {**document, "id": self.id, "groupId": self.group_id, "dataSource": self.data_source,
                 "interval": str(self.interval), "resource": {"availabilityGroup": self.group_id, "requiredCapacity": 1},
-                "context": {**self.payload.context, "priority": self.priority}}
+                "context": {**self.payload.context.to_json(), "priority": self.priority}}
 
 
 def spec_from_json(payload: dict[str, Any]) -> KillTaskSpec:
@@ -143,7 +142,7 @@ class KillTask:
     def _run(self) -> None:
         payload, client, interval = self.spec.payload, self.toolbox.actions, self.spec.interval
         data_source = self.spec.data_source
-        actions.lock_time_chunk(client, interval, "EXCLUSIVE", LOCK_TIMEOUT_MS)
+        actions.lock_time_chunk(client, interval, "EXCLUSIVE", payload.context.task_lock_timeout)
         log.info("task %s kills unused segments of %s in %s (versions %s, batchSize %d, limit %s)", self.spec.id,
                  data_source, interval, payload.versions, payload.batch_size, payload.limit)
         shared = {_key(s.load_spec) for s in self.toolbox.metadata.used_segments(data_source)}

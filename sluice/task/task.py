@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Protocol
 
-from pydantic import ConfigDict, Field, StrictBool, StrictInt, ValidationError
+from pydantic import Field, StrictBool, StrictInt, ValidationError
 
 from sluice.ids import validate_id
+from sluice.spec.context import TaskContext
 from sluice.spec.errors import from_validation_error
 from sluice.spec.model import SpecModel
 
@@ -129,7 +130,8 @@ class PayloadTaskSpec:
 
     @property
     def priority(self) -> int:
-        return int(self.payload.context.get("priority", self.default_priority))
+        priority = self.payload.context.priority
+        return self.default_priority if priority is None else priority
 
 
 class StatusListeners:
@@ -185,13 +187,6 @@ class NoopTaskSpec:
 
 #: the longest a noop task can sleep: what a thread can wait for
 MAX_NOOP_RUN_TIME_MS = int(threading.TIMEOUT_MAX * 1000)
-
-
-class TaskContext(SpecModel):
-    """A noop task's context: `priority` is read; Druid's other context keys are accepted and do nothing here."""
-
-    model_config = ConfigDict(extra="allow", alias_generator=None)
-    priority: StrictInt = 0
 
 
 class NoopTaskPayload(SpecModel):
@@ -275,7 +270,7 @@ def spec_from_json(payload: dict[str, Any]) -> NoopTaskSpec:
     except ValidationError as error:
         raise from_validation_error(error, payload) from None
     return NoopTaskSpec(parsed.id, parsed.data_source, parsed.run_time, parsed.fail, parsed.group_id,
-                        parsed.context.priority)
+                        parsed.context.priority or 0)
 
 
 def create(spec: NoopTaskSpec, toolbox: TaskToolbox) -> NoopTask:

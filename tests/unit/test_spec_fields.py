@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,30 +44,71 @@ def _json(cell: str) -> Any:
         return None
 
 
-def _rows() -> list[tuple[str, str, str, str, str]]:
-    """(kind, path, default cell, status, refused cell) of every field, for each kind of spec it applies to."""
-    rows, kinds = [], ["supervisor", "task"]
+# A section about one input source or format ("## Batch input source `s3`") walks its fields in a spec that has it.
+SOURCES = {
+    "local": {"type": "local", "baseDir": "/tmp", "filter": "*.json"},
+    "http": {"type": "http", "uris": ["http://127.0.0.1/a.json"]},
+    "s3": {"type": "s3", "uris": ["s3://bucket/a.json"]},
+    "sql": {"type": "sql", "database": {"type": "sqlite", "connectorConfig": {"connectURI": "jdbc:sqlite:/tmp/x.db"}},
+            "sqls": ["SELECT * FROM t"]},
+    "druid": {"type": "druid", "dataSource": "other", "interval": "2024-01-01/2024-01-02"},
+}
+#: input sources that read their own columns: Druid refuses an inputFormat beside them
+WITHOUT_FORMAT = {"sql", "druid"}
+FORMATS = {
+    "json": {"type": "json"},
+    "csv": {"type": "csv", "columns": ["ts", "a", "x"]},
+    "regex": {"type": "regex", "pattern": "(.*) (.*)", "columns": ["ts", "a"]},
+    "kafka": {"type": "kafka", "valueFormat": {"type": "json"}},
+    "parquet": {"type": "parquet"},
+    "avro_ocf": {"type": "avro_ocf"},
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    kind: str  # supervisor or task
+    path: str
+    default: str  # the table's cells, as written
+    status: str
+    refused: str
+    #: what the section's spec has at spec.ioConfig: ("inputSource" or "inputFormat", its JSON)
+    io: tuple[str, dict[str, Any]] | None = None
+
+
+def _rows() -> list[Row]:
+    """Every field, for each kind of spec it applies to."""
+    rows: list[Row] = []
+    kinds, io = ["supervisor", "task"], None
     for line in TABLE.read_text().splitlines():
         if line.startswith("## "):
             kinds = ["supervisor"] if "Kafka" in line else ["task"] if "Batch" in line else ["supervisor", "task"]
+            named = re.search(r"input (source|format) `(\w+)`", line, re.IGNORECASE)
+            io = None if named is None else (
+                ("inputSource", SOURCES[named[2]]) if named[1] == "source" else ("inputFormat", FORMATS[named[2]]))
         if not line.startswith("| ") or line.startswith(("| field", "| ---")):
             continue
         field, default, status, refused = (c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1])
         match = re.fullmatch(r"(supervisor |task )?`([^`]+)`", field)
         assert match, f"a field cell is a path in backticks: {field!r}"
         for kind in [match.group(1).strip()] if match.group(1) else kinds:
-            rows.append((kind, match.group(2), default, status, refused))
+            rows.append(Row(kind, match.group(2), default, status, refused, io))
     return rows
 
 
 ROWS = _rows()
 
 
-def _spec_with(kind: str, path: str, value: Any) -> tuple[dict[str, Any], Any]:
-    """The base spec with `value` at `path`; `list[].field` is the field of the list's first element."""
-    base, parse = PARSERS[kind]
+def _spec_with(row: Row, value: Any) -> tuple[dict[str, Any], Any]:
+    """The base spec (with the row's input source or format) with `value` at the row's path; `list[].field` is the
+    field of the list's first element."""
+    base, parse = PARSERS[row.kind]
     spec = copy.deepcopy(base)
-    *parents, name = path.split(".")
+    if row.io is not None:
+        spec["spec"]["ioConfig"][row.io[0]] = copy.deepcopy(row.io[1])
+        if row.io[1]["type"] in WITHOUT_FORMAT:
+            del spec["spec"]["ioConfig"]["inputFormat"]
+    *parents, name = row.path.split(".")
     node = spec
     for key in parents:
         node = node[key.removesuffix("[]")][0] if key.endswith("[]") else node.setdefault(key, {})
@@ -75,32 +117,34 @@ def _spec_with(kind: str, path: str, value: Any) -> tuple[dict[str, Any], Any]:
 
 
 def test_the_table_covers_every_part_of_the_spec():
-    paths = {path for _, path, *_ in ROWS}
-    assert len(paths) > 100
+    paths = {row.path for row in ROWS}
+    assert len(paths) > 150
     for part in ("spec.dataSchema.dimensionsSpec.", "spec.dataSchema.granularitySpec.", "spec.ioConfig.",
-                 "spec.tuningConfig.", "spec.dataSchema.transformSpec."):
+                 "spec.tuningConfig.", "spec.dataSchema.transformSpec.", "spec.tuningConfig.indexSpec.",
+                 "spec.ioConfig.inputSource.", "spec.ioConfig.inputFormat.", "context."):
         assert any(p.startswith(part) for p in paths), part
-    assert all(row[3].split(":")[0].split(" (")[0] in ("honoured", "accepted", "default only", "not yet")
-               or row[3].startswith(("honoured", "accepted", "not yet")) for row in ROWS)
+    assert {io[1]["type"] for row in ROWS if (io := row.io)} == set(SOURCES) | set(FORMATS)
+    assert all(row.status.split(":")[0].split(" (")[0] in ("honoured", "accepted", "default only", "not yet")
+               or row.status.startswith(("honoured", "accepted", "not yet")) for row in ROWS)
 
 
-DEFAULTS = [(kind, path, _json(default)) for kind, path, default, _, refused in ROWS
-            if default.startswith("`") and not (refused and _json(refused) == _json(default))]
+DEFAULTS = [row for row in ROWS if row.default.startswith("`") and not (row.refused and _json(row.refused) == _json(row.default))]
 
 
-@pytest.mark.parametrize("kind, path, default", DEFAULTS, ids=[f"{k}:{p}" for k, p, _ in DEFAULTS])
-def test_druids_default_is_accepted(kind, path, default):
-    spec, parse = _spec_with(kind, path, default)
+@pytest.mark.parametrize("row", DEFAULTS, ids=[f"{r.kind}:{r.io[1]['type'] + ':' if r.io else ''}{r.path}" for r in DEFAULTS])
+def test_druids_default_is_accepted(row: Row) -> None:
+    spec, parse = _spec_with(row, _json(row.default))
     parse(spec)
 
 
-REFUSED = [(kind, path, _json(refused)) for kind, path, _, _, refused in ROWS if refused]
+REFUSED = [row for row in ROWS if row.refused]
 
 
-@pytest.mark.parametrize("kind, path, value", REFUSED, ids=[f"{k}:{p}" for k, p, _ in REFUSED])
-def test_a_value_sluice_cannot_honour_is_refused_naming_the_field(kind, path, value):
-    assert value is not None, f"{path}: the refused cell must hold JSON in backticks"
-    spec, parse = _spec_with(kind, path, value)
+@pytest.mark.parametrize("row", REFUSED, ids=[f"{r.kind}:{r.io[1]['type'] + ':' if r.io else ''}{r.path}" for r in REFUSED])
+def test_a_value_sluice_cannot_honour_is_refused_naming_the_field(row: Row) -> None:
+    value = _json(row.refused)
+    assert value is not None, f"{row.path}: the refused cell must hold JSON in backticks"
+    spec, parse = _spec_with(row, value)
     with pytest.raises(SpecError) as refused:
         parse(spec)
-    assert refused.value.path.startswith(path.replace("[]", "[0]")), refused.value
+    assert refused.value.path.startswith(row.path.replace("[]", "[0]")), refused.value

@@ -335,7 +335,7 @@ class StreamSupervisor:
         if not lags:
             return
         dimensions: dict[str, Any] = {metrics.DATASOURCE: self.spec.id, metrics.STREAM: self.spec.spec.io_config.topic}
-        if (tags := (self.spec.context or {}).get(metrics.TAGS)) is not None:
+        if (tags := self.spec.context and self.spec.context.extra(metrics.TAGS)) is not None:
             dimensions[metrics.TAGS] = tags
         for partition, lag in lags.items():
             self._emitter.metric(metrics.INGEST_KAFKA_PARTITION_LAG, lag,
@@ -357,7 +357,7 @@ class StreamSupervisor:
             task = KafkaIndexTaskSpec(new_task_id(self.spec.id, group.base_sequence_name), group.group_id,
                                       group.base_sequence_name, self.spec.spec, dict(group.starting_offsets),
                                       created=group.created, checkpoints=dict(group.checkpoint_sequences),
-                                      use_concurrent_locks=bool((self.spec.context or {}).get("useConcurrentLocks")))
+                                      use_concurrent_locks=bool(self.spec.context and self.spec.context.use_concurrent_locks))
             group.task_ids.add(task.id)
             try:
                 self._runner.run(task)
