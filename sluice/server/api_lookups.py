@@ -79,14 +79,17 @@ def lookups_router(metadata: MetadataStore) -> APIRouter:
         known = read_lookups(metadata)
         return Response(status_code=404) if known is None else known
 
-    @router.get("/config/{tier}")
-    def tier_lookups(tier: str, detailed: bool = False) -> Any:
+    def tier_of(tier: str, missing: str) -> dict[str, Any] | Response:
+        """The tier's lookups, or Druid's 404: no lookups configured at all, or none in this tier (`missing`)."""
         known = read_lookups(metadata)
         if known is None:
             return _error("No lookups found", 404)
-        if tier not in known:
-            return _error(f"Tier [{tier}] not found", 404)
-        return known[tier] if detailed else list(known[tier])
+        return known[tier] if tier in known else _error(missing, 404)
+
+    @router.get("/config/{tier}")
+    def tier_lookups(tier: str, detailed: bool = False) -> Any:
+        found = tier_of(tier, f"Tier [{tier}] not found")
+        return found if isinstance(found, Response) or detailed else list(found)
 
     @router.delete("/config/{tier}")
     def delete_tier(tier: str, request: Request) -> Response:
@@ -123,12 +126,8 @@ def lookups_router(metadata: MetadataStore) -> APIRouter:
 
     @router.get("/status/{tier}")
     def tier_status(tier: str, detailed: bool = False) -> Any:
-        known = read_lookups(metadata)
-        if known is None:
-            return _error("No lookups found", 404)
-        if tier not in known:
-            return _error(f"No lookups found for tier [{tier}].", 404)
-        return status(known[tier], detailed)
+        found = tier_of(tier, f"No lookups found for tier [{tier}].")
+        return found if isinstance(found, Response) else status(found, detailed)
 
     @router.get("/status/{tier}/{name}")
     def lookup_status(tier: str, name: str, detailed: bool = False) -> Any:
