@@ -103,6 +103,10 @@ def main(argv: list[str] | None = None) -> None:
 
         if args.dev_command == "broker":
             sys.exit(tansu.main(["--port", str(args.port), "--host", args.host]))
+        if args.dev_command == "spark-cluster":
+            from sluice.dev import spark_cluster
+
+            sys.exit(spark_cluster.run(args.work_dir, args.workers, args.cores, args.memory, args.port))
         ends = produce.run(args.bootstrap_servers, args.topic, args.events, args.partitions)
         print(f"{args.events} sample events in topic {args.topic} on {args.bootstrap_servers}; end offsets: "
               + ", ".join(f"{p}: {o}" for p, o in sorted(ends.items())))
@@ -269,12 +273,22 @@ def build_parser() -> argparse.ArgumentParser:
                                   help="bring a metadata store's schema up to this Sluice's (nodes also do it as "
                                        "they start); the store is the one `sluice start` with the same options uses")
     _add_role_options(migrate, Role.ALL_IN_ONE)
-    dev = commands.add_parser("dev", parents=[common], help="a Kafka broker and sample data to try Sluice with")
+    dev = commands.add_parser("dev", parents=[common],
+                              help="a Kafka broker, sample data and a Spark cluster to try Sluice with")
     dev_commands = dev.add_subparsers(dest="dev_command", required=True)
     dev_broker = dev_commands.add_parser("broker", parents=[common],
                                          help="run a throw-away Kafka-protocol broker (Tansu, in memory) until Ctrl-C")
     dev_broker.add_argument("--port", type=int, default=9092, help="(default: 9092, as the example spec expects)")
     dev_broker.add_argument("--host", default="127.0.0.1")
+    dev_spark = dev_commands.add_parser("spark-cluster", parents=[common],
+                                        help="run a Spark standalone cluster on loopback (a master and its workers, "
+                                             "from the installed pyspark) until Ctrl-C, for --spark-master")
+    dev_spark.add_argument("--work-dir", type=Path, default=Path("var/spark-cluster"),
+                           help="the JVMs' logs and the workers' directories (default: var/spark-cluster)")
+    dev_spark.add_argument("--port", type=int, default=7077, help="the master's (default: 7077, Spark's)")
+    dev_spark.add_argument("--workers", type=int, default=2, help="(default: 2)")
+    dev_spark.add_argument("--cores", type=int, default=1, help="of each worker (default: 1)")
+    dev_spark.add_argument("--memory", default="1g", help="of each worker for its executors (default: 1g)")
     dev_produce = dev_commands.add_parser("produce", parents=[common],
                                           help="write sample Wikipedia edits (a few bad records among them) to a topic")
     dev_produce.add_argument("--bootstrap-servers", default="localhost:9092")

@@ -59,7 +59,7 @@ def _ensure_port_free(host: str, port: int) -> None:
             raise BrokerStartError(f"cannot start the dev broker on {host}:{port}: {exc.strerror}") from exc
 
 
-def _die_with_parent_hook() -> Callable[[], None] | None:
+def die_with_parent_hook() -> Callable[[], None] | None:
     """Return a ``preexec_fn`` that makes the child receive SIGKILL when this process dies.
 
     An in-memory broker that outlives its owner holds a port and silently serves stale data to the
@@ -135,7 +135,7 @@ class DevKafkaBroker:
                 stderr=subprocess.STDOUT,
                 # Own session: a terminal Ctrl-C reaches only Python, which stops the broker last.
                 start_new_session=True,
-                preexec_fn=_die_with_parent_hook(),
+                preexec_fn=die_with_parent_hook(),
             )
         atexit.register(self.stop)
         self._admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "logger": _LOGGER})

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
+
+import sluice
 
 #: G1 with a fixed young generation and a heap that shrinks to what is live (see get_or_create); and JIT thresholds
 #: ten times the default. Every persist is a Spark job, and each job runs Spark's analyser, optimiser and planner
@@ -17,6 +21,31 @@ from pyspark.sql import SparkSession
 #: job; a task then reads 10-20 % faster, cold and warm (issue 19's note has the runs).
 _JVM_OPTIONS = ("-XX:+UseG1GC -Xmn256m -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=20 -XX:G1PeriodicGCInterval=5000 "
                 "-XX:CompileThresholdScaling=10")
+
+
+#: host names of a master that can only reach a driver on loopback
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def cluster_settings(master: str) -> dict[str, str]:
+    """What a driver needs on a cluster (``spark://``, ``k8s://``, …) and not in local mode, where the executors are
+    threads of the driver.
+
+    - Python workers are started with ``PYSPARK_PYTHON`` (the driver's interpreter path): every executor machine has
+      the same virtualenv at the same path. ``sluice`` is put on their ``PYTHONPATH`` from where the driver imports
+      it, for a source checkout that is not installed in that virtualenv.
+    - A master on loopback can only reach a driver on loopback; Spark would otherwise advertise the first non-loopback
+      address it finds when the host name resolves to 127.0.0.1.
+
+    Executor memory and cores are Spark's (1g; every core of a standalone worker, every worker's cores for one
+    application) unless ``SPARK_EXECUTOR_MEMORY`` or a ``spark-defaults.conf`` in ``SPARK_CONF_DIR`` says otherwise.
+    """
+    if master.startswith("local"):
+        return {}
+    settings = {"spark.executorEnv.PYTHONPATH": str(Path(sluice.__file__).parents[1])}
+    if urlsplit(master.split(",")[0]).hostname in _LOOPBACK:
+        settings["spark.driver.host"] = "127.0.0.1"
+    return settings
 
 
 def get_or_create(master: str = "local[*,4]", app_name: str = "sluice") -> SparkSession:
@@ -47,11 +76,14 @@ def get_or_create(master: str = "local[*,4]", app_name: str = "sluice") -> Spark
     5-10 % faster, but its pauses put half a second on the freshness p50 (2.3 s against 1.8 s,
     `benchmarks/freshness.py`): a realtime node keeps G1. The status store keeps a few jobs instead of
     a thousand: a node runs a job per read for days.
+
+    On a cluster, see `cluster_settings`.
     """
     os.environ["PYSPARK_PYTHON"] = sys.executable
     session = (
         SparkSession.builder.master(master)
         .appName(app_name)
+        .config(map=cluster_settings(master))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.ansi.enabled", "false")
