@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from fastapi import APIRouter, Body
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, JSONResponse
 
 from sluice.realtime import CHAT_PREFIX
 from sluice.server.auth import task_guard
@@ -106,6 +106,18 @@ def chat_router(lookup: Callable[[str], RunnableTask | None]) -> APIRouter:
     def realtime(task_id: str) -> Any:
         """Not Druid's: what a broker needs to query the task's unpublished rows (sluice/broker/realtime.py)."""
         return answer(task_id, lambda t: [view.to_json() for view in t.realtime_views()])
+
+    @router.get("/realtime/file")
+    def realtime_file(task_id: str, path: str) -> Any:
+        """Not Druid's either: one persist file of the task's realtime views, for a broker on another machine (Druid
+        sends the query to the peon instead). Only a file a view lists: no other path of the worker can be read."""
+
+        def send(task: KafkaIndexTask) -> Any:
+            if path not in {file for view in task.realtime_views() for file in view.files}:
+                return JSONResponse({"error": f"[{path}] is not a persist file of task [{task_id}]"}, status_code=404)
+            return FileResponse(path, media_type="application/vnd.apache.parquet")
+
+        return answer(task_id, send)
 
     @router.get("/time/start")
     def start_time(task_id: str) -> Any:

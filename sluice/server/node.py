@@ -404,7 +404,7 @@ class Node:
                                  realtime=self._thread_task_views, supervisors=self._supervisor_statuses,
                                  tasks=self._task_statuses, loaded=self.loaded)
         else:
-            overlord = OverlordClient(lambda: live_urls(self.metadata, OVERLORD),
+            overlord = OverlordClient(lambda: live_urls(self.metadata, OVERLORD), self.config.work_dir / "realtime-cache",
                                       auth=self.config.auth.escalator.basic_auth)
             self.broker = Broker(self.metadata, self.deep_storage, self.config.work_dir / "segment-cache", engine,
                                  realtime=overlord.realtime_views, supervisors=overlord.supervisor_statuses,
