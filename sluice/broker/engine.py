@@ -41,6 +41,7 @@ from sluice.broker.errors import SqlError
 from sluice.broker.limits import DEFAULT_MAX_RESULT_BYTES
 from sluice.broker.functions import Zone
 from sluice.broker.lookups import relation
+from sluice.broker.sketches import complex_type, register, to_base64
 from sluice.broker.sql import DUCKDB_SETTINGS, TIME_COLUMN, Translation, translate_query
 from sluice.broker.system_tables import SystemTable
 from sluice.lookups.references import LookupExtractor, LookupLoadError
@@ -289,7 +290,9 @@ def _deadline(cursor: duckdb.DuckDBPyConnection, timeout_ms: int) -> Iterator[No
 
 
 def lock_down(conn: duckdb.DuckDBPyConnection, data_sources: Mapping[str, Sequence[SegmentFile]]) -> None:
-    """Views for the data sources, then no file access beyond their files and no configuration changes."""
+    """Views for the data sources and the sketch functions, then no file access beyond their files and no
+    configuration changes."""
+    register(conn)
     for name, value in DUCKDB_SETTINGS.items():
         conn.execute(f"SET GLOBAL {name} = ?", [value])
     conn.execute("SET parquet_metadata_cache = true")
@@ -453,6 +456,8 @@ def _is_json(duckdb_type: Any) -> bool:
 def _druid_type(duckdb_type: Any) -> tuple[str, str]:
     if duckdb_type.id == "list":
         return f"ARRAY<{_druid_type(duckdb_type.child)[0]}>", "ARRAY"
+    if (sketch := complex_type(duckdb_type)) is not None:
+        return sketch, "OTHER"
     return _OTHER if _is_json(duckdb_type) else _TYPES.get(duckdb_type.id, _OTHER)
 
 
@@ -492,6 +497,8 @@ def _converter(duckdb_type: Any, zone: Zone | None) -> Callable[[Any], Any] | No
     kind = duckdb_type.id
     if _is_json(duckdb_type):  # a nested value, which the result writers write as JSON, not as text
         return json.loads
+    if complex_type(duckdb_type) is not None:
+        return to_base64
     if kind == "list":
         element = _converter(duckdb_type.child, zone)
         return None if element is None else (lambda values: [None if v is None else element(v) for v in values])

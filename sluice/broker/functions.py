@@ -22,6 +22,7 @@ from sluice.broker.calls import Call, DruidFunction, template
 from sluice.broker.errors import SqlError
 from sluice.broker.json_functions import JSON_FUNCTIONS, rewrite_json
 from sluice.broker.scalar_functions import SCALAR_FUNCTIONS, as_long, rewrite_scalar
+from sluice.broker.sketch_functions import SKETCH_FUNCTIONS, rewrite_sketch
 from sluice.broker.zones import Session, Zone, from_local, to_local
 from sluice.periods import Period
 from sluice.timestamps import parse_interval
@@ -108,7 +109,7 @@ def _rewrite(node: exp.Expr, session: Session) -> exp.Expr:
             return exp.ApproxDistinct(this=distinct.expressions[0].copy())
     if isinstance(node, exp.GroupConcat):
         return _string_agg(node)
-    return rewrite_json(rewrite_array(rewrite_scalar(node)))
+    return rewrite_sketch(rewrite_json(rewrite_array(rewrite_scalar(node))))
 
 
 def _is_timestamp_literal(cast: exp.Cast) -> bool:
@@ -421,9 +422,12 @@ _DRUID_FUNCTIONS: dict[str, DruidFunction] = {
     "APPROX_QUANTILE": DruidFunction(2, 3, _approx_quantile),
     "APPROX_QUANTILE_DS": DruidFunction(2, 3, _approx_quantile),
     "APPROX_QUANTILE_FIXED_BUCKETS": DruidFunction(5, 6, _approx_quantile),
+    # DuckDB's approximate quantile is a t-digest too; the compression argument is Druid's accuracy hint
+    "TDIGEST_QUANTILE": DruidFunction(2, 3, _approx_quantile),
     **SCALAR_FUNCTIONS,
     **ARRAY_FUNCTIONS,
     **JSON_FUNCTIONS,
+    **SKETCH_FUNCTIONS,
 }
 
 

@@ -322,6 +322,7 @@ _UNSUPPORTED = {
     "BLOOM_FILTER": "Sluice has no Bloom filter extension",
     "BLOOM_FILTER_TEST": "Sluice has no Bloom filter extension",
 }
+# Names of DataSketches functions; those Sluice has (`sketch_functions.py`) are known before this is asked.
 _SKETCH_PREFIXES = ("HLL_SKETCH_", "THETA_SKETCH_", "DS_")
 
 
@@ -329,5 +330,5 @@ def unsupported_reason(name: str) -> str | None:
     """Why Sluice refuses this Druid function, or None when it is not one Sluice knows to refuse."""
     name = name.upper()
     if name.startswith(_SKETCH_PREFIXES):
-        return "Sluice keeps no DataSketches objects; use APPROX_COUNT_DISTINCT or APPROX_QUANTILE instead"
+        return "Sluice has the HLL, Theta, Quantiles and Tuple sketch functions only"
     return _UNSUPPORTED.get(name)

@@ -170,7 +170,10 @@ REFUSED = [
     ("BITWISE_CONVERT_DOUBLE_TO_LONG_BITS(d)",
      "Function BITWISE_CONVERT_DOUBLE_TO_LONG_BITS is not supported: DuckDB cannot reinterpret the bits of a DOUBLE"),
     ("IPV6_MATCH(ip, '::/0')", "Function IPV6_MATCH is not supported: only the IPv4 address functions are supported"),
-    ("HLL_SKETCH_ESTIMATE(s)", "Function HLL_SKETCH_ESTIMATE is not supported: Sluice keeps no DataSketches objects"),
+    ("HLL_SKETCH_ESTIMATE(s)", "Binder Error: No function matches the given name and argument types "
+                               "'HLL_SKETCH_ESTIMATE(VARCHAR)'"),  # a string is not an HLL sketch
+    ("DS_KLL_SKETCH(n)", "Function DS_KLL_SKETCH is not supported: Sluice has the HLL, Theta, Quantiles and Tuple "
+                         "sketch functions only"),
     ("PARSE_LONG(hex, 37)", "PARSE_LONG needs the radix in the range of [2, 36], got 37"),
     ("PARSE_LONG(hex, n)", "PARSE_LONG needs the radix as an integer literal, got n"),
     ("HUMAN_READABLE_BINARY_BYTE_FORMAT(n, 4)", "HUMAN_READABLE_BINARY_BYTE_FORMAT needs the precision in the range of "

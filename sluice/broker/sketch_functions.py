@@ -1,0 +1,194 @@
+"""Druid's DataSketches SQL functions (HLL, Theta, Quantiles and Tuple sketches), as calls of the DuckDB functions of
+`sketches.py`, which carry the Druid function's name.
+
+A sketch aggregate (`DS_HLL(expr)`) becomes that function over the group's values gathered by ARRAY_AGG, its
+defaults written out; a FILTER on the aggregate moves onto the ARRAY_AGG. The scalar functions that take any number
+of sketches get them as one list. Literal arguments (lgK, sizes, fractions, split points) are checked here, as
+Druid's planner checks them, so that a wrong one fails naming the function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from sluice.broker.calls import Call, DruidFunction, template
+from sluice.broker.errors import SqlError
+
+_HLL_TYPES = ("HLL_4", "HLL_6", "HLL_8")
+_AGGREGATE = "sketch_aggregate"  # meta flag of a rewritten aggregate, whose ARRAY_AGG takes its FILTER
+
+
+def _udf(name: str, *args: exp.Expr) -> exp.Anonymous:
+    return exp.Anonymous(this=name, expressions=list(args))
+
+
+def _aggregate(name: str, values: exp.Expr, *args: exp.Expr) -> exp.Expr:
+    call = _udf(name, exp.ArrayAgg(this=values), *args)
+    call.meta[_AGGREGATE] = True
+    return call
+
+
+def _power_of_two(call: Call, i: int, what: str, low: int, high: int, default: int) -> exp.Expr:
+    """A size argument: an integer literal, a power of 2 within [low, high], as Druid's sketch factories require."""
+    value = call.integer(i, what, low, high)
+    if value is not None and value & (value - 1):
+        raise SqlError(f"{call.name} needs {what} as a power of 2, got {value}")
+    return exp.Literal.number(default if value is None else value)
+
+
+def _number(call: Call, i: int, what: str) -> float:
+    value = call.arg(i)
+    number = value.this if isinstance(value, exp.Neg) else value
+    if not (isinstance(number, exp.Literal) and number.is_number):
+        shown = "nothing" if value is None else value.sql(dialect="druid")
+        raise SqlError(f"{call.name} needs {what} as a numeric literal, got {shown}")
+    return -float(number.name) if isinstance(value, exp.Neg) else float(number.name)
+
+
+def _doubles(call: Call, start: int, what: str) -> exp.Expr:
+    values = [exp.Literal.number(_number(call, i, what)) for i in range(start, len(call.args))]
+    return exp.cast(exp.Array(expressions=values), exp.DataType.build("DOUBLE[]", dialect="duckdb"))
+
+
+def _hll_parameters(call: Call, at: int) -> list[exp.Expr]:
+    """lgK (4 to 21, default 12) and tgtHllType (HLL_4, HLL_6 or HLL_8, default HLL_4) at `at` and `at + 1`."""
+    lg_k = call.integer(at, "lgK", 4, 21)
+    target = (call.literal(at + 1, "tgtHllType") or "HLL_4").upper()
+    if target not in _HLL_TYPES:
+        raise SqlError(f"{call.name} needs tgtHllType as one of {', '.join(_HLL_TYPES)}, got '{target}'")
+    return [exp.Literal.number(12 if lg_k is None else lg_k), exp.Literal.string(target)]
+
+
+# ------------------------------------------------------------------------------------------------------ aggregates
+
+
+def _ds_hll(call: Call) -> exp.Expr:
+    return _aggregate("DS_HLL", call.args[0].copy(), *_hll_parameters(call, 1))
+
+
+def _theta_size(call: Call, i: int) -> exp.Expr:
+    return _power_of_two(call, i, "the size", 16, 1 << 26, 16384)
+
+
+def _tuple_entries(call: Call, i: int) -> exp.Expr:
+    return _power_of_two(call, i, "nominalEntries", 16, 1 << 26, 16384)
+
+
+def _is_literal_number(value: exp.Expr) -> bool:
+    return isinstance(value, exp.Literal) and value.is_number
+
+
+def _ds_tuple_doubles(call: Call) -> exp.Expr:
+    """DS_TUPLE_DOUBLES(key, value…[, nominalEntries]) builds a sketch whose summaries are the values of a key summed;
+    DS_TUPLE_DOUBLES(sketch[, nominalEntries]) merges a column of sketches. A numeric literal last is nominalEntries."""
+    has_entries = len(call.args) > 1 and _is_literal_number(call.args[-1])
+    entries = _tuple_entries(call, len(call.args) - 1) if has_entries else exp.Literal.number(16384)
+    columns = call.args[:-1] if has_entries else call.args
+    if len(columns) == 1:
+        merged = template("COALESCE(sketches, [])", sketches=exp.ArrayAgg(this=columns[0].copy()))
+        result = _udf("DS_TUPLE_DOUBLES_UNION", merged, entries)
+        result.meta[_AGGREGATE] = True
+        return result
+    values = exp.Array(expressions=[exp.cast(value.copy(), exp.DType.DOUBLE) for value in columns[1:]])
+    row = template("{'k': CAST(key AS VARCHAR), 'v': vals}", key=columns[0], vals=values)
+    return _aggregate("DS_TUPLE_DOUBLES", row, entries)
+
+
+def rewrite_sketch(node: exp.Expr) -> exp.Expr:
+    """`DS_HLL(x) FILTER(WHERE …)`, rewritten: the filter goes onto the ARRAY_AGG inside, as DuckDB's Python functions
+    cannot be aggregates; else `node`."""
+    if isinstance(node, exp.Filter) and node.this.meta.get(_AGGREGATE):
+        call = node.this
+        gathered = next(call.find_all(exp.ArrayAgg))
+        gathered.replace(exp.Filter(this=gathered.copy(), expression=node.expression.copy()))
+        return call
+    return node
+
+
+# --------------------------------------------------------------------------------------------- sketch set operations
+
+
+def _hll_union(call: Call) -> exp.Expr:
+    """HLL_SKETCH_UNION([lgK, tgtHllType,] sketch…): both parameters or neither."""
+    parameters = _is_literal_number(call.args[0])
+    sketches = call.args[2:] if parameters else call.args
+    if not sketches:
+        raise SqlError(f"{call.name} needs at least one sketch")
+    return _udf("HLL_SKETCH_UNION", exp.Array(expressions=[s.copy() for s in sketches]),
+                *_hll_parameters(call, 0 if parameters else len(call.args)))
+
+
+def _theta_set(operation: str) -> Callable[[Call], exp.Expr]:
+    """THETA_SKETCH_UNION / INTERSECT / NOT([size,] sketch…)."""
+
+    def rewrite(call: Call) -> exp.Expr:
+        sized = _is_literal_number(call.args[0])
+        sketches = call.args[1:] if sized else call.args
+        if not sketches:
+            raise SqlError(f"{call.name} needs at least one sketch")
+        return _udf(call.name, exp.Array(expressions=[s.copy() for s in sketches]),
+                    _theta_size(call, 0 if sized else len(call.args)))
+
+    return rewrite
+
+
+def _tuple_set(call: Call) -> exp.Expr:
+    """DS_TUPLE_DOUBLES_UNION / INTERSECT / NOT(sketch…[, nominalEntries])."""
+    sized = len(call.args) > 1 and _is_literal_number(call.args[-1])
+    sketches = call.args[:-1] if sized else call.args
+    return _udf(call.name, exp.Array(expressions=[s.copy() for s in sketches]),
+                _tuple_entries(call, len(call.args) - 1 if sized else len(call.args)))
+
+
+# ------------------------------------------------------------------------------------------------------ estimates
+
+
+def _hll_estimate(call: Call) -> exp.Expr:
+    """HLL_SKETCH_ESTIMATE(sketch[, round]): `round` (a boolean literal) rounds to the nearest integer."""
+    flag = call.arg(1)
+    if flag is not None and not isinstance(flag, exp.Boolean):
+        raise SqlError(f"{call.name} needs round as a boolean literal, got {flag.sql(dialect='druid')}")
+    estimate = _udf(call.name, call.args[0].copy())
+    return exp.Round(this=estimate) if flag is not None and flag.this else estimate
+
+
+def _std_devs(call: Call) -> exp.Expr:
+    std_devs = call.integer(1, "numStdDev", 1, 3)
+    return exp.Literal.number(1 if std_devs is None else std_devs)
+
+
+def _sketch_and(argument: Callable[[Call], exp.Expr]) -> Callable[[Call], exp.Expr]:
+    """A function of one sketch and an argument checked (and defaulted) by `argument`."""
+    return lambda call: _udf(call.name, call.args[0].copy(), argument(call))
+
+
+def _sketch_only(call: Call) -> exp.Expr:
+    return _udf(call.name, call.args[0].copy())
+
+
+SKETCH_FUNCTIONS: dict[str, DruidFunction] = {
+    "DS_HLL": DruidFunction(1, 3, _ds_hll),
+    "DS_THETA": DruidFunction(1, 2, lambda call: _aggregate("DS_THETA", call.args[0].copy(), _theta_size(call, 1))),
+    "DS_QUANTILES_SKETCH": DruidFunction(1, 2, lambda call: _aggregate(
+        "DS_QUANTILES_SKETCH", call.args[0].copy(), _power_of_two(call, 1, "k", 2, 32768, 128))),
+    "DS_TUPLE_DOUBLES": DruidFunction(1, None, _ds_tuple_doubles),
+    "HLL_SKETCH_ESTIMATE": DruidFunction(1, 2, _hll_estimate),
+    "HLL_SKETCH_ESTIMATE_WITH_ERROR_BOUNDS": DruidFunction(1, 2, _sketch_and(_std_devs)),
+    "HLL_SKETCH_TO_STRING": DruidFunction(1, 1, _sketch_only),
+    "HLL_SKETCH_UNION": DruidFunction(1, None, _hll_union),
+    "THETA_SKETCH_ESTIMATE": DruidFunction(1, 1, _sketch_only),
+    "THETA_SKETCH_ESTIMATE_WITH_ERROR_BOUNDS": DruidFunction(  # Druid's object of four numbers: COMPLEX<json>
+        2, 2, lambda call: exp.cast(_sketch_and(_std_devs)(call), exp.DType.JSON)),
+    **{f"THETA_SKETCH_{op}": DruidFunction(1, None, _theta_set(op)) for op in ("UNION", "INTERSECT", "NOT")},
+    "DS_GET_QUANTILE": DruidFunction(2, 2, _sketch_and(
+        lambda call: exp.Literal.number(_number(call, 1, "the fraction")))),
+    "DS_GET_QUANTILES": DruidFunction(2, None, _sketch_and(lambda call: _doubles(call, 1, "the fractions"))),
+    "DS_HISTOGRAM": DruidFunction(2, None, _sketch_and(lambda call: _doubles(call, 1, "the split points"))),
+    "DS_CDF": DruidFunction(2, None, _sketch_and(lambda call: _doubles(call, 1, "the split points"))),
+    "DS_RANK": DruidFunction(2, 2, _sketch_and(lambda call: exp.Literal.number(_number(call, 1, "the value")))),
+    "DS_QUANTILE_SUMMARY": DruidFunction(1, 1, _sketch_only),
+    "DS_TUPLE_DOUBLES_METRICS_SUM_ESTIMATE": DruidFunction(1, 1, _sketch_only),
+    **{f"DS_TUPLE_DOUBLES_{op}": DruidFunction(1, None, _tuple_set) for op in ("UNION", "INTERSECT", "NOT")},
+}
