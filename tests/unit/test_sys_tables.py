@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from fastapi import FastAPI
+from fastapi.responses import FileResponse
 
 from sluice.broker.broker import Broker
 from sluice.broker.errors import SqlError
@@ -380,6 +381,10 @@ def test_a_broker_node_asks_the_overlord_it_discovers_and_shows_the_stored_state
     def realtime() -> list[dict[str, Any]]:
         return [_view("wiki", "index_kafka_wiki_a_0", {0: 0}, 2, persisted).to_json()]
 
+    @overlord.get(f"/druid/worker/v1/chat/{task_id}/realtime/file")
+    def realtime_file(path: str) -> FileResponse:  # the peon sends its persist file to the broker's copy
+        return FileResponse(path)
+
     server = HttpServer(overlord, "127.0.0.1", port)
     server.start()
     store.announce("overlord", "127.0.0.1", port, {})
@@ -397,11 +402,14 @@ def test_a_broker_node_asks_the_overlord_it_discovers_and_shows_the_stored_state
                 ["UNHEALTHY_SUPERVISOR", "UNABLE_TO_CONNECT_TO_STREAM", 0]]
             assert query("SELECT task_id, location FROM sys.tasks") == [[task_id, f"127.0.0.1:{port}"]]
             assert query("SELECT COUNT(*) FROM wiki") == [[len(VISIBLE_ROWS) + 2]]
+            copies = tmp_path / "broker" / "realtime-cache"
+            assert len(list(copies.glob("*/*.parquet"))) == 1  # the persist file, copied over the chat API
 
             store.unannounce("overlord", "127.0.0.1", port)
             assert query("SELECT state, detailed_state, healthy FROM sys.supervisors") == [["RUNNING", "RUNNING", 1]]
             time.sleep(0.6)  # the broker's snapshot, views included, lives half a second
             assert query("SELECT COUNT(*) FROM wiki") == [[len(VISIBLE_ROWS)]]
+            assert list(copies.glob("*/*.parquet")) == []  # no view lists it any more
     finally:
         node.stop()
         server.stop()
