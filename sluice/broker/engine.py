@@ -41,7 +41,8 @@ from sluice.broker.errors import SqlError
 from sluice.broker.limits import DEFAULT_MAX_RESULT_BYTES
 from sluice.broker.functions import Zone
 from sluice.broker.lookups import relation
-from sluice.broker.sketches import complex_type, register, to_base64
+from sluice.broker import python_functions, sketches
+from sluice.broker.sketches import complex_type, to_base64
 from sluice.broker.sql import DUCKDB_SETTINGS, TIME_COLUMN, Translation, translate_query
 from sluice.broker.system_tables import SystemTable
 from sluice.lookups.references import LookupExtractor, LookupLoadError
@@ -292,7 +293,8 @@ def _deadline(cursor: duckdb.DuckDBPyConnection, timeout_ms: int) -> Iterator[No
 def lock_down(conn: duckdb.DuckDBPyConnection, data_sources: Mapping[str, Sequence[SegmentFile]]) -> None:
     """Views for the data sources and the sketch functions, then no file access beyond their files and no
     configuration changes."""
-    register(conn)
+    sketches.register(conn)
+    python_functions.register(conn)
     for name, value in DUCKDB_SETTINGS.items():
         conn.execute(f"SET GLOBAL {name} = ?", [value])
     conn.execute("SET parquet_metadata_cache = true")

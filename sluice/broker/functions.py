@@ -21,6 +21,7 @@ from sluice.broker.array_functions import ARRAY_FUNCTIONS, rewrite_array
 from sluice.broker.calls import Call, DruidFunction, template
 from sluice.broker.errors import SqlError
 from sluice.broker.json_functions import JSON_FUNCTIONS, rewrite_json
+from sluice.broker.python_functions import PYTHON_FUNCTIONS
 from sluice.broker.scalar_functions import SCALAR_FUNCTIONS, as_long, rewrite_scalar
 from sluice.broker.sketch_functions import SKETCH_FUNCTIONS, rewrite_sketch
 from sluice.broker.zones import Session, Zone, from_local, to_local
@@ -428,6 +429,7 @@ _DRUID_FUNCTIONS: dict[str, DruidFunction] = {
     **ARRAY_FUNCTIONS,
     **JSON_FUNCTIONS,
     **SKETCH_FUNCTIONS,
+    **PYTHON_FUNCTIONS,
 }
 
 

@@ -315,10 +315,6 @@ SCALAR_FUNCTIONS: dict[str, DruidFunction] = {
 
 # Druid functions Sluice refuses, and why; the reason ends the user's error message.
 _UNSUPPORTED = {
-    "BITWISE_CONVERT_DOUBLE_TO_LONG_BITS": "DuckDB cannot reinterpret the bits of a DOUBLE",
-    "BITWISE_CONVERT_LONG_BITS_TO_DOUBLE": "DuckDB cannot reinterpret the bits of a BIGINT",
-    "IPV6_MATCH": "only the IPv4 address functions are supported",
-    "DECODE_BASE64_COMPLEX": "Sluice has no complex column types",
     "BLOOM_FILTER": "Sluice has no Bloom filter extension",
     "BLOOM_FILTER_TEST": "Sluice has no Bloom filter extension",
 }

@@ -15,6 +15,7 @@ from sqlglot import exp
 
 from sluice.broker.calls import Call, DruidFunction, template
 from sluice.broker.errors import SqlError
+from sluice.broker.sketches import KINDS
 
 _HLL_TYPES = ("HLL_4", "HLL_6", "HLL_8")
 _AGGREGATE = "sketch_aggregate"  # meta flag of a rewritten aggregate, whose ARRAY_AGG takes its FILTER
@@ -168,7 +169,31 @@ def _sketch_only(call: Call) -> exp.Expr:
     return _udf(call.name, call.args[0].copy())
 
 
+_BUILDS = {"DS_HLL", "DS_THETA", "DS_QUANTILES_SKETCH", "DS_TUPLE_DOUBLES", "DS_TUPLE_DOUBLES_UNION"}
+
+
+def _is_sketch(value: exp.Expr) -> bool:
+    """Whether `value` is visibly a sketch already: a sketch aggregate, or a scalar subquery selecting one."""
+    value = value.unnest()
+    if isinstance(value, exp.Select) and len(value.expressions) == 1:
+        value = value.expressions[0].unalias()
+    return isinstance(value, exp.Anonymous) and value.name.upper() in _BUILDS
+
+
+def _decode_base64_complex(call: Call) -> exp.Expr:
+    """DECODE_BASE64_COMPLEX(type, expr): a sketch from the Base64 text a result shows (or a sketch as it is, as the
+    docs' example passes a subquery of one)."""
+    kind = call.literal(0, "the complex type name")
+    if kind not in KINDS:
+        raise SqlError(f"{call.name} knows the complex types {', '.join(KINDS)}, not [{kind}]")
+    if _is_sketch(call.args[1]):
+        return call.args[1].copy()
+    decoded = exp.Anonymous(this="FROM_BASE64", expressions=[call.args[1].copy()])
+    return exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier(kind, quoted=True), expression=decoded)])
+
+
 SKETCH_FUNCTIONS: dict[str, DruidFunction] = {
+    "DECODE_BASE64_COMPLEX": DruidFunction(2, 2, _decode_base64_complex),
     "DS_HLL": DruidFunction(1, 3, _ds_hll),
     "DS_THETA": DruidFunction(1, 2, lambda call: _aggregate("DS_THETA", call.args[0].copy(), _theta_size(call, 1))),
     "DS_QUANTILES_SKETCH": DruidFunction(1, 2, lambda call: _aggregate(

@@ -28,7 +28,8 @@ import numpy as np
 import pyarrow as pa
 
 HLL, THETA, QUANTILES, TUPLE = "HLLSketch", "thetaSketch", "quantilesDoublesSketch", "arrayOfDoublesSketch"
-_KINDS = (HLL, THETA, QUANTILES, TUPLE)
+#: the Druid complex type names of the sketches
+KINDS = (HLL, THETA, QUANTILES, TUPLE)
 
 
 def complex_type(duckdb_type: Any) -> str | None:
@@ -36,7 +37,7 @@ def complex_type(duckdb_type: Any) -> str | None:
     if duckdb_type.id != "struct" or len(duckdb_type.children) != 1:
         return None
     name = duckdb_type.children[0][0]
-    return f"COMPLEX<{name}>" if name in _KINDS else None
+    return f"COMPLEX<{name}>" if name in KINDS else None
 
 
 def to_base64(value: dict[str, bytes]) -> str:
@@ -312,7 +313,7 @@ def _arrow_function(body: Callable[..., Any], result: str, aggregate: bool, arit
     """An Arrow UDF applying `body` row by row. `body` gets a sketch's bytes for a sketch, and returns the bytes of
     the sketch of kind `result` where `result` is one. A NULL first argument (the sketch) is a NULL result, except
     for an aggregate, where it is the LIST of a group without rows: the empty sketch, as Druid's aggregators give."""
-    arrow = pa.struct([(result, pa.binary())]) if result in _KINDS else _ARROW_TYPES[result]
+    arrow = pa.struct([(result, pa.binary())]) if result in KINDS else _ARROW_TYPES[result]
 
     def udf(*columns: pa.ChunkedArray) -> pa.Array:
         out = []
@@ -321,7 +322,7 @@ def _arrow_function(body: Callable[..., Any], result: str, aggregate: bool, arit
                 out.append(None)
                 continue
             value = body(next(iter(first.values())) if isinstance(first, dict) else first or [], *rest)
-            out.append({result: value} if result in _KINDS else value)
+            out.append({result: value} if result in KINDS else value)
         return pa.array(out, arrow)
 
     # DuckDB counts the parameters of the Python function against the declared ones.
@@ -333,8 +334,8 @@ def _arrow_function(body: Callable[..., Any], result: str, aggregate: bool, arit
 def register(conn: duckdb.DuckDBPyConnection) -> None:
     """The sketch functions on a connection (every cursor of it sees them), named as the Druid functions whose
     translated calls use them."""
-    hll, theta, quantiles, tuple_ = (_sketch_type(kind) for kind in _KINDS)
-    sketches = {kind: duckdb.list_type(_sketch_type(kind)) for kind in _KINDS}
+    hll, theta, quantiles, tuple_ = (_sketch_type(kind) for kind in KINDS)
+    sketches = {kind: duckdb.list_type(_sketch_type(kind)) for kind in KINDS}
     tuple_rows = duckdb.list_type(duckdb.struct_type({"k": "VARCHAR", "v": "DOUBLE[]"}))
     quantile_values = duckdb.list_type(duckdb.union_type({"d": "DOUBLE", "sketch": quantiles}))
     aggregates: list[tuple[str, Callable[..., Any], list[Any], str]] = [
@@ -364,7 +365,7 @@ def register(conn: duckdb.DuckDBPyConnection) -> None:
     ]
     for functions, aggregate in ((aggregates, True), (scalars, False)):
         for name, body, parameters, result in functions:
-            duckdb_result = _sketch_type(result) if result in _KINDS else result
+            duckdb_result = _sketch_type(result) if result in KINDS else result
             conn.create_function(name, _arrow_function(body, result, aggregate, len(parameters)),
                                  parameters, duckdb_result,
                                  type="arrow", null_handling="special")

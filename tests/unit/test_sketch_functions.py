@@ -102,3 +102,13 @@ def test_wrong_calls_are_refused_naming_the_function(run: Any, sql: str, message
         run(sql)
     assert caught.value.status == 400
     assert message in caught.value.error_message
+
+
+def test_a_sketch_read_back_from_its_base64_text_is_the_same_sketch(run: Any) -> None:
+    """DECODE_BASE64_COMPLEX: what a result shows of a sketch is the sketch (the value a client stores and sends back)."""
+    [(text,)] = _rows(run("SELECT DS_HLL(s) FROM t"))
+    assert _rows(run(f"SELECT HLL_SKETCH_ESTIMATE(DECODE_BASE64_COMPLEX('HLLSketch', '{text}'), true)")) == \
+        _rows(run("SELECT HLL_SKETCH_ESTIMATE(DS_HLL(s), true) FROM t"))
+    with pytest.raises(SqlError) as caught:
+        run(f"SELECT DECODE_BASE64_COMPLEX('bloom', '{text}')")
+    assert caught.value.error_message.startswith("DECODE_BASE64_COMPLEX knows the complex types HLLSketch")
