@@ -8,9 +8,16 @@ from functools import reduce
 from sqlglot import exp
 
 from sluice.broker import native_query as q
-from sluice.broker.native_expressions import ExpressionError, to_sql
-from sluice.broker.native_filters import SQL_TYPES, Columns, all_of, cast_to, dimension_value, filter_condition
+from sluice.broker.native_filters import (
+    SQL_TYPES,
+    Columns,
+    all_of,
+    cast_to,
+    dimension_value,
+    filter_condition,
+)
 from sluice.broker.scalar_functions import as_long
+from sluice.expressions import ExpressionError, to_sql
 from sluice.spec.errors import SpecError
 
 # ---------------------------------------------------------------------------------------------------- aggregators

@@ -23,12 +23,20 @@ from sqlglot import exp
 
 from sluice.broker import native_query as q
 from sluice.broker.native_aggregators import aggregate, with_post_aggregations
-from sluice.broker.native_expressions import druid_function
 from sluice.broker.native_filters import (
-    TIME, Columns, all_of, dimension_value, epoch_millis, filter_condition, having_condition, intervals_condition,
-    millis_timestamp, search_condition,
+    TIME,
+    Columns,
+    all_of,
+    dimension_value,
+    epoch_millis,
+    filter_condition,
+    having_condition,
+    intervals_condition,
+    millis_timestamp,
+    search_condition,
 )
 from sluice.broker.native_time import QueryGranularity
+from sluice.expressions import druid_function
 from sluice.segment.segment import DataSegment
 from sluice.spec.errors import SpecError
 

@@ -1,54 +1,54 @@
-"""Druid's expression language (transformSpec `expression` transforms) compiled to Spark SQL.
+"""Druid expressions (transformSpec `expression` transforms) as Spark SQL, so transforms run inside the Spark job.
 
-Druid expressions look like SQL but differ where it matters: `==`, `&&`, `||` are logical, strings
-are single-quoted, identifiers may be double-quoted, `substring` is 0-based and `__time` is epoch
-millis. A small precedence-climbing parser maps the supported subset onto Spark SQL, so transforms
-run inside the Spark job; anything outside the subset is a spec error that names it.
+The language is read by `sluice.expressions`, the same parser and function table the broker uses for queries on
+DuckDB; here its Druid SQL tree is rendered in Spark's dialect, with Druid SQL's own functions (TIME_FLOOR,
+MILLIS_TO_TIMESTAMP, DIV…) and the few whose Spark namesakes mean something else (`regexp_extract`'s default group,
+`substring` past the end) rewritten into Spark's terms. A function Spark cannot run with Druid's meaning is a
+ValueError naming it, raised when the spec is submitted.
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-_TOKEN = re.compile(
-    r"\s*(?:(?P<number>\d+\.\d*(?:[eE][-+]?\d+)?|\d*\.\d+(?:[eE][-+]?\d+)?|\d+(?:[eE][-+]?\d+)?)"
-    r"|(?P<string>'(?:[^'\\]|\\.)*')"
-    r"|(?P<quoted>\"(?:[^\"\\]|\\.)*\")"
-    r"|(?P<name>[A-Za-z_$][A-Za-z0-9_$.]*)"
-    r"|(?P<op>==|!=|<=|>=|&&|\|\||[-+*/%^<>!(),]))"
-)
+import sqlglot
+from sqlglot import exp
 
-#: binary operators by precedence, lowest first; `&&` and `||` share one left-associative level in
-#: Druid's grammar (unlike SQL), and `^` is the only right-associative operator
-_BINARY = [("||", "&&"), ("==", "!=", "<", "<=", ">", ">="), ("+", "-"), ("*", "/", "%"), ("^",)]
-_SPARK_OP = {"||": "OR", "&&": "AND", "==": "=", "!=": "<>", "^": None}
+from sluice.expressions import ExpressionError, druid_function, to_condition, to_sql
+from sluice.periods import Period
+from sluice.spec.granularity import Granularity
 
-_SAME_NAME = {
-    "concat", "upper", "lower", "trim", "ltrim", "rtrim", "reverse", "replace", "left", "right", "lpad",
-    "rpad", "abs", "ceil", "floor", "round", "sqrt", "exp", "log10", "pow", "greatest", "least", "nvl", "if",
-    "regexp_extract",
-}
-_RENAMED = {"strlen": "char_length", "log": "ln", "contains_string": "contains"}
-_CASTS = {"LONG": "BIGINT", "DOUBLE": "DOUBLE", "FLOAT": "FLOAT", "STRING": "STRING"}
-SUPPORTED_FUNCTIONS = sorted(
-    _SAME_NAME | set(_RENAMED) | {"substring", "strpos", "like", "isnull", "notnull", "cast", "case_searched", "case_simple"}
-)
+TIME = "__time"
 
 
 @dataclass
 class CompiledExpression:
+    #: the expression's value (Druid's 1/0 for a comparison), for a transform
     sql: str
+    #: the expression as a Spark condition (a number is true when > 0), for a filter
+    condition: str = ""
     #: input columns the expression reads (so the JSON parser extracts them)
     columns: set[str] = field(default_factory=set)
 
 
 def compile_expression(text: str) -> CompiledExpression:
     """Compile a Druid expression to Spark SQL; raises ValueError naming what is unsupported."""
-    parser = _Parser(text)
-    sql = parser.expression()
-    parser.expect_end()
-    return CompiledExpression(sql, parser.columns)
+    columns: set[str] = set()
+
+    def resolve(name: str) -> exp.Expr:
+        columns.add(name)
+        column = exp.column(name, quoted=True)
+        # Druid exposes the row timestamp to expressions as epoch milliseconds
+        return druid_function("TIMESTAMP_TO_MILLIS", column) if name == TIME else column
+
+    value, condition = to_sql(text, resolve), to_condition(text, resolve)
+    return CompiledExpression(to_spark_sql(value), to_spark_sql(condition), columns)
+
+
+def to_spark_sql(tree: exp.Expr) -> str:
+    """A Druid SQL tree from `sluice.expressions` as Spark SQL text (in a UTC session, ANSI mode off)."""
+    return _spark(tree).sql(dialect="spark")
 
 
 def quote_identifier(name: str) -> str:
@@ -59,150 +59,183 @@ def string_literal(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-class _Parser:
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.tokens = self._tokenize(text)
-        self.pos = 0
-        self.columns: set[str] = set()
-
-    def _tokenize(self, text: str) -> list[tuple[str, str]]:
-        tokens, pos = [], 0
-        while pos < len(text):
-            if text[pos:].strip() == "":
-                break
-            match = _TOKEN.match(text, pos)
-            if not match:
-                raise ValueError(f"cannot parse expression {text!r} at position {pos}")
-            kind = match.lastgroup
-            tokens.append((kind, match.group(kind)))
-            pos = match.end()
-        return tokens
-
-    def peek(self) -> tuple[str, str] | None:
-        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
-
-    def take(self) -> tuple[str, str]:
-        token = self.peek()
-        if token is None:
-            raise ValueError(f"expression {self.text!r} ends unexpectedly")
-        self.pos += 1
-        return token
-
-    def expect(self, op: str) -> None:
-        token = self.take()
-        if token != ("op", op):
-            raise ValueError(f"expected {op!r} in expression {self.text!r}, found {token[1]!r}")
-
-    def expect_end(self) -> None:
-        if self.peek() is not None:
-            raise ValueError(f"unexpected {self.peek()[1]!r} in expression {self.text!r}")
-
-    def expression(self, level: int = 0) -> str:
-        if level == len(_BINARY):
-            return self.unary()
-        left = self.expression(level + 1)
-        while (token := self.peek()) and token[0] == "op" and token[1] in _BINARY[level]:
-            op = self.take()[1]
-            right = self.expression(level if op == "^" else level + 1)
-            left = f"pow({left}, {right})" if op == "^" else f"({left} {_SPARK_OP.get(op, op)} {right})"
-            if op == "^":
-                break
-        return left
-
-    def unary(self) -> str:
-        token = self.peek()
-        if token == ("op", "-"):
-            self.take()
-            return f"(- {self.unary()})"
-        if token == ("op", "!"):
-            self.take()
-            return f"(NOT {self.unary()})"
-        return self.primary()
-
-    def primary(self) -> str:
-        kind, value = self.take()
-        if kind == "number":
-            return value
-        if kind == "string":
-            return string_literal(_unescape(value[1:-1]))
-        if kind == "op" and value == "(":
-            inner = self.expression()
-            self.expect(")")
-            return f"({inner})"
-        if kind == "quoted":
-            return self.column(_unescape(value[1:-1]))
-        if kind == "name":
-            if self.peek() == ("op", "("):
-                return self.call(value)
-            if value.lower() == "null":
-                return "NULL"
-            return self.column(value)
-        raise ValueError(f"unexpected {value!r} in expression {self.text!r}")
-
-    def column(self, name: str) -> str:
-        self.columns.add(name)
-        # Druid exposes the row timestamp to expressions as epoch milliseconds
-        return "unix_millis(`__time`)" if name == "__time" else quote_identifier(name)
-
-    def call(self, name: str) -> str:
-        self.expect("(")
-        args: list[str] = []
-        if self.peek() != ("op", ")"):
-            args.append(self.expression())
-            while self.peek() == ("op", ","):
-                self.take()
-                args.append(self.expression())
-        self.expect(")")
-        return _call(name.lower(), args)
+# ------------------------------------------------------------------------------------------------------ rewriting
 
 
-def _call(name: str, args: list[str]) -> str:
-    if name in _SAME_NAME or name in _RENAMED:
-        return f"{_RENAMED.get(name, name)}({', '.join(args)})"
-    if name == "substring":
-        _arity(name, args, 3)
-        source, index, length = args
-        return f"substring({source}, ({index}) + 1)" if length in ("-1", "(- 1)") else f"substring({source}, ({index}) + 1, {length})"
-    if name == "strpos":  # Druid: 0-based index (from fromIndex), -1 when absent; Spark's locate is 1-based
-        _arity(name, args, 3 if len(args) == 3 else 2)
-        start = f"({args[2]}) + 1" if len(args) == 3 else "1"
-        return f"(locate({args[1]}, {args[0]}, {start}) - 1)"
-    if name == "like":
-        _arity(name, args, 3 if len(args) == 3 else 2)
-        return f"({args[0]} LIKE {args[1]}{f' ESCAPE {args[2]}' if len(args) == 3 else ''})"
-    if name in ("isnull", "notnull"):
-        _arity(name, args, 1)
-        return f"({args[0]} IS {'NOT ' if name == 'notnull' else ''}NULL)"
-    if name == "cast":
-        _arity(name, args, 2)
-        target = args[1].strip("'").upper()
-        if target not in _CASTS:
-            raise ValueError(f"cast to {target} is not supported; expected one of {', '.join(_CASTS)}")
-        return f"CAST({args[0]} AS {_CASTS[target]})"
-    if name == "case_searched":
-        pairs, default = _pairs(args)
-        return "CASE " + " ".join(f"WHEN {c} THEN {r}" for c, r in pairs) + f" ELSE {default} END"
-    if name == "case_simple":
-        pairs, default = _pairs(args[1:])
-        return f"CASE {args[0]} " + " ".join(f"WHEN {v} THEN {r}" for v, r in pairs) + f" ELSE {default} END"
-    raise ValueError(f"function {name}() is not supported in expressions; supported: {', '.join(SUPPORTED_FUNCTIONS)}")
+def _spark(tree: exp.Expr) -> exp.Expr:
+    """`tree` with Spark's spelling of what the Druid SQL tree says; each rewrite converts the arguments it keeps."""
+    return tree.copy().transform(_rewrite, copy=False)
 
 
-_JAVA_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
+def _rewrite(node: exp.Expr) -> exp.Expr:
+    if isinstance(node, exp.Anonymous):
+        rewrite = _DRUID_FUNCTIONS.get(node.name.upper())
+        if rewrite is None:
+            raise ExpressionError(f"function {node.name}() cannot run at ingestion")
+        return rewrite(node.expressions)
+    if isinstance(node, exp.Substring):
+        # Druid's substring() is NULL when the index is past the end (Spark's is '')
+        text, start, length = (_spark(node.this), _spark(node.args["start"]),
+                               node.args.get("length") and _spark(node.args["length"]))
+        inside = exp.LT(this=exp.Sub(this=start.copy(), expression=exp.Literal.number(1)),
+                        expression=exp.Length(this=text.copy()))
+        return exp.case().when(inside, exp.Substring(this=text, start=start, length=length))
+    return node
 
 
-def _unescape(text: str) -> str:
-    """Druid reads literals with Java's escape rules (StringEscapeUtils.unescapeJava)."""
-    return re.sub(r"\\(u[0-9a-fA-F]{4}|.)", lambda m: chr(int(m.group(1)[1:], 16)) if len(m.group(1)) == 5
-                  else _JAVA_ESCAPES.get(m.group(1), m.group(1)), text)
+def _call(name: str, *args: exp.Expr) -> exp.Expr:
+    return exp.Anonymous(this=name, expressions=list(args))
 
 
-def _arity(name: str, args: list[str], count: int) -> None:
-    if len(args) != count:
-        raise ValueError(f"{name}() takes {count} arguments, got {len(args)}")
+def _string(arg: exp.Expr | None, function: str, what: str) -> str | None:
+    """A literal argument of a time function (None when absent or null): Spark needs it when the job is planned."""
+    if arg is None or isinstance(arg, exp.Null):
+        return None
+    if isinstance(arg, exp.Literal) and arg.is_string:
+        return arg.name
+    raise ExpressionError(f"{function}() at ingestion needs {what} as a string literal, "
+                          f"got {arg.sql(dialect='druid')}")
 
 
-def _pairs(args: list[str]) -> tuple[list[tuple[str, str]], str]:
-    default = args[-1] if len(args) % 2 else "NULL"
-    return list(zip(args[0::2], args[1::2])), default
+def _period(args: list[exp.Expr], function: str) -> Period:
+    text = _string(args[1], function, "the period") or ""
+    try:
+        return Period.parse(text)
+    except ValueError as e:
+        raise ExpressionError(f"{function}(): {e}") from None
+
+
+def _arg(args: list[exp.Expr], i: int) -> exp.Expr | None:
+    return args[i] if i < len(args) else None
+
+
+def _to_local(ts: exp.Expr, zone: str | None) -> exp.Expr:
+    """Wall-clock time in `zone` (the session is in UTC)."""
+    return ts if zone is None else _call("from_utc_timestamp", ts, exp.Literal.string(zone))
+
+
+def _from_local(ts: exp.Expr, zone: str | None) -> exp.Expr:
+    return ts if zone is None else _call("to_utc_timestamp", ts, exp.Literal.string(zone))
+
+
+def _plus(ts: exp.Expr, period: Period, times: exp.Expr | None = None) -> exp.Expr:
+    """`ts` moved by `period` (`times` times): months by the calendar, the rest by their length."""
+    def scaled(amount: int) -> exp.Expr:
+        number = exp.Literal.number(amount)
+        return number if times is None else exp.Mul(this=number, expression=exp.paren(times.copy()))
+
+    seconds = exp.Literal.number(f"{period.time_millis / 1000:g}")
+    interval = _call("make_interval", exp.Literal.number(0), scaled(period.total_months), exp.Literal.number(0),
+                     scaled(period.total_days), exp.Literal.number(0), exp.Literal.number(0),
+                     seconds if times is None else exp.Mul(this=seconds, expression=exp.paren(times.copy())))
+    return exp.Add(this=ts, expression=interval)
+
+
+def _floor(args: list[exp.Expr], function: str) -> tuple[exp.Expr, exp.Expr, str | None]:
+    """(the time in the zone, its bucket start in the zone, the zone) of TIME_FLOOR / TIME_CEIL."""
+    period, origin, zone = _period(args, function), _arg(args, 2), _string(_arg(args, 3), function, "the time zone")
+    origin_millis: int | None = None
+    if origin is not None and not isinstance(origin, exp.Null):
+        millis = origin.expressions[0] if isinstance(origin, exp.Anonymous) and origin.expressions else None
+        if not (isinstance(millis, exp.Literal) and millis.is_number) or zone is not None:
+            raise ExpressionError(f"{function}() at ingestion takes an origin only as epoch millis, without a "
+                                  "time zone")
+        origin_millis = int(float(millis.name))
+    if period.total_months and (period.total_days or period.time_millis):
+        raise ExpressionError(f"{function}() at ingestion: period {period} mixes months with shorter fields")
+    local = _to_local(_spark(args[0]), zone)
+    granularity = Granularity("period", period, origin=origin_millis)
+    bucket = sqlglot.parse_one(granularity.spark_sql(local.sql(dialect="spark")), read="spark")
+    return local, bucket, zone
+
+
+def _time_floor(args: list[exp.Expr]) -> exp.Expr:
+    _, bucket, zone = _floor(args, "timestamp_floor")
+    return _from_local(bucket, zone)
+
+
+def _time_ceil(args: list[exp.Expr]) -> exp.Expr:
+    """Druid's ceiling: the time itself when it is on a boundary, else the next boundary."""
+    local, bucket, zone = _floor(args, "timestamp_ceil")
+    on_boundary = exp.EQ(this=bucket.copy(), expression=local.copy())
+    ceil = exp.case().when(on_boundary, local).else_(_plus(bucket, _period(args, "timestamp_ceil")))
+    return _from_local(ceil, zone)
+
+
+def _time_shift(args: list[exp.Expr]) -> exp.Expr:
+    zone = _string(_arg(args, 3), "timestamp_shift", "the time zone")
+    moved = _plus(_to_local(_spark(args[0]), zone), _period(args, "timestamp_shift"), _spark(args[2]))
+    return _from_local(moved, zone)
+
+
+#: TIME_EXTRACT's units as Spark functions of the wall-clock time; Druid's DOW is Monday = 1 … Sunday = 7
+def _field(function: str) -> Callable[[exp.Expr], exp.Expr]:
+    return lambda ts: _call(function, ts)
+
+
+_EXTRACT: dict[str, Callable[[exp.Expr], exp.Expr]] = {
+    **{unit: _field(function) for unit, function in {
+        "SECOND": "second", "MINUTE": "minute", "HOUR": "hour", "DAY": "dayofmonth", "DOY": "dayofyear",
+        "WEEK": "weekofyear", "MONTH": "month", "QUARTER": "quarter", "YEAR": "year"}.items()},
+    "DOW": lambda ts: exp.Add(this=_call("weekday", ts), expression=exp.Literal.number(1)),
+    "ISODOW": lambda ts: exp.Add(this=_call("weekday", ts), expression=exp.Literal.number(1)),
+    "MILLISECOND": lambda ts: exp.Mod(this=_call("unix_millis", ts), expression=exp.Literal.number(1000)),
+    "EPOCH": lambda ts: _call("unix_seconds", ts),
+}
+
+
+def _time_extract(args: list[exp.Expr]) -> exp.Expr:
+    unit = (_string(args[1], "timestamp_extract", "the unit") or "").upper()
+    if unit not in _EXTRACT:
+        raise ExpressionError(f"timestamp_extract() at ingestion: unit '{unit}' is not supported; expected one of "
+                              f"{', '.join(_EXTRACT)}")
+    ts = _spark(args[0])
+    return _EXTRACT[unit](ts if unit == "EPOCH" else _to_local(ts, _string(_arg(args, 2), "timestamp_extract",
+                                                                           "the time zone")))
+
+
+def _time_format(args: list[exp.Expr]) -> exp.Expr:
+    """Joda's patterns are Java's DateTimeFormatter's, which Spark reads, for all the usual letters."""
+    pattern = _string(_arg(args, 1), "timestamp_format", "the format")
+    zone = _string(_arg(args, 2), "timestamp_format", "the time zone")
+    if pattern is None and zone is not None:
+        raise ExpressionError("timestamp_format() with a time zone needs a format pattern")
+    return _call("date_format", _to_local(_spark(args[0]), zone),
+                 exp.Literal.string(pattern or "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"))
+
+
+def _time_parse(args: list[exp.Expr]) -> exp.Expr:
+    """NULL when the text does not parse, as in Druid. Without a pattern, ISO-8601 with an optional offset."""
+    text = _spark(args[0])
+    pattern = _string(_arg(args, 1), "timestamp_parse", "the format")
+    zone = _string(_arg(args, 2), "timestamp_parse", "the time zone")
+    if pattern is not None:
+        return _from_local(_call("try_to_timestamp", text, exp.Literal.string(pattern)), zone)
+    parsed = exp.TryCast(this=text, to=exp.DataType.build("TIMESTAMP"))
+    if zone is None:
+        return parsed
+    # Text with an offset is an instant whatever the zone; text without one is wall-clock time in the zone.
+    has_offset = exp.RegexpLike(this=text.copy(), expression=exp.Literal.string(r"(Z|[+-]\d\d(:?\d\d)?)$"))
+    return exp.case().when(has_offset, parsed).else_(_from_local(parsed.copy(), zone))
+
+
+def _regexp_extract(args: list[exp.Expr]) -> exp.Expr:
+    """Druid's group defaults to 0 (the whole match; Spark's to 1), and no match is NULL (Spark's is '')."""
+    text, pattern = _spark(args[0]), _spark(args[1])
+    group = _spark(args[2]) if len(args) == 3 else exp.Literal.number(0)
+    matches = exp.RegexpLike(this=text.copy(), expression=pattern.copy())
+    return exp.case().when(matches, _call("regexp_extract", text, pattern, group))
+
+
+_DRUID_FUNCTIONS: dict[str, Callable[[list[exp.Expr]], exp.Expr]] = {
+    "TIMESTAMP_TO_MILLIS": lambda a: _call("unix_millis", _spark(a[0])),
+    "MILLIS_TO_TIMESTAMP": lambda a: _call("timestamp_millis", exp.cast(_spark(a[0]), exp.DType.BIGINT)),
+    "DIV": lambda a: exp.IntDiv(this=_spark(a[0]), expression=_spark(a[1])),
+    "REGEXP_EXTRACT": _regexp_extract,
+    "TIME_FLOOR": _time_floor,
+    "TIME_CEIL": _time_ceil,
+    "TIME_SHIFT": _time_shift,
+    "TIME_EXTRACT": _time_extract,
+    "TIME_FORMAT": _time_format,
+    "TIME_PARSE": _time_parse,
+}

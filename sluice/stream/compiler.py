@@ -112,7 +112,7 @@ def _pipeline(spark: SparkSession, pipeline: Pipeline, observe: str, storage: No
     window: Window | None = None
     for index, op in enumerate(pipeline.operators):
         if isinstance(op, Filter):
-            rows = rows.filter(F.expr(compile_expression(op.condition).sql)) if isinstance(op.condition, str) \
+            rows = rows.filter(F.expr(compile_expression(op.condition).condition)) if isinstance(op.condition, str) \
                 else _python_rows(rows, _filter_rows(op.condition), rows.schema)
         elif isinstance(op, Map):
             if op.function is not None:

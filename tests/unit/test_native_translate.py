@@ -13,15 +13,22 @@ from sqlglot import exp
 
 from sluice.broker.errors import SqlError
 from sluice.broker.native import parse_query
-from sluice.broker.native_expressions import ExpressionError, to_condition, to_sql
 from sluice.broker.native_filters import Columns, filter_condition
 from sluice.broker.native_results import fill_empty_buckets
 from sluice.broker.native_sql import DataSourceView, translate
 from sluice.broker.native_time import QueryGranularity, zone_of
 from sluice.broker.sql import translate as sql_translate
+from sluice.expressions import ExpressionError, to_condition, to_sql
 from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
 from sluice.spec.errors import SpecError
-from sluice.timestamps import MAX_INSTANT, MIN_INSTANT, EpochInterval, format_instant, parse_instant, parse_interval
+from sluice.timestamps import (
+    MAX_INSTANT,
+    MIN_INSTANT,
+    EpochInterval,
+    format_instant,
+    parse_instant,
+    parse_interval,
+)
 
 DAY = datetime(2015, 9, 12, tzinfo=UTC)
 

@@ -424,8 +424,11 @@ INVALID = [
     ("spec.dataSchema.transformSpec", {"filter": {"type": "regex", "dimension": "page", "pattern": "^A"}},
      "spec.dataSchema.transformSpec.filter", "'regex'"),
     ("spec.dataSchema.transformSpec",
-     {"transforms": [{"type": "expression", "name": "hour", "expression": "timestamp_floor(__time, 'PT1H')"}]},
-     "spec.dataSchema.transformSpec.transforms[0].expression", "function timestamp_floor() is not supported"),
+     {"transforms": [{"type": "expression", "name": "hour", "expression": "lookup(page, 'names')"}]},
+     "spec.dataSchema.transformSpec.transforms[0].expression", "function lookup() is not supported"),
+    ("spec.dataSchema.transformSpec",  # a function Spark cannot run with Druid's meaning is refused on submit
+     {"transforms": [{"type": "expression", "name": "h", "expression": "timestamp_floor(__time, 'PT1H', 0, 'UTC')"}]},
+     "spec.dataSchema.transformSpec.transforms[0].expression", "timestamp_floor() at ingestion takes an origin only"),
     ("spec.dataSchema.transformSpec",
      {"transforms": [{"type": "expression", "name": "x", "expression": "page +"}]},
      "spec.dataSchema.transformSpec.transforms[0].expression", "ends unexpectedly"),

@@ -1,10 +1,12 @@
-"""Druid's expression language (virtual columns, expression filters and post-aggregators) as Druid SQL trees.
+"""Druid's expression language, read once for both engines: a sqlglot tree of Druid SQL.
 
-`sluice.spec.expressions` renders the same language straight into Spark SQL text, so it cannot be reused for the
-broker; here the result is a sqlglot tree of Druid SQL, which the broker's SQL layer then checks and translates like
-any query. What differs from SQL: `==`, `&&`, `||` and `!` are logical and yield 1/0, a number is true when it is
-greater than 0, `substring` and `strpos` count from 0, and `__time` is epoch milliseconds (the caller's `resolve`
-decides what an identifier means).
+Ingestion (transformSpec `expression` transforms, run by Spark) and queries (virtual columns, expression filters and
+post-aggregators, run by DuckDB) read the same language, so it has one tokenizer, one parser and one function table;
+each side renders the tree for its engine (`sluice.spec.expressions` for Spark, the broker's SQL layer for DuckDB).
+What differs from SQL: `==`, `&&`, `||` and `!` are logical and yield 1/0, a number is true when it is greater than
+0, `substring` and `strpos` count from 0, and `__time` is epoch milliseconds (the caller's `resolve` decides what an
+identifier means). Druid's own time functions stay calls of Druid SQL's (TIME_FLOOR, MILLIS_TO_TIMESTAMP…), which
+each engine's renderer knows.
 
     >>> to_sql("concat(upper(page), '!')", lambda name: exp.column(name)).sql(dialect="druid")
     "CONCAT(UPPER(page), '!')"
@@ -27,14 +29,16 @@ _TOKEN = re.compile(
     r"|(?P<name>[A-Za-z_$][A-Za-z0-9_$.]*)"
     r"|(?P<op>==|!=|<=|>=|&&|\|\||[-+*/%^<>!(),]))"
 )
-# Binary operators by precedence, lowest first. `&&` and `||` share one level in Druid's grammar (unlike SQL).
+# Binary operators by precedence, lowest first. `&&` and `||` share one level in Druid's grammar (unlike SQL); `^`,
+# above them all, is right-associative and binds looser than unary minus (`-a ^ 2` is `(-a) ^ 2`).
 _LEVELS: list[tuple[str, ...]] = [("||", "&&"), ("==", "!=", "<", "<=", ">", ">="), ("+", "-"), ("*", "/", "%")]
 _COMPARISONS: dict[str, type[exp.Expr]] = {
     "==": exp.EQ, "!=": exp.NEQ, "<": exp.LT, "<=": exp.LTE, ">": exp.GT, ">=": exp.GTE,
 }
 _ARITHMETIC: dict[str, type[exp.Expr]] = {"+": exp.Add, "-": exp.Sub, "*": exp.Mul, "/": exp.Div, "%": exp.Mod}
 _JAVA_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
-_CASTS = {"LONG": "BIGINT", "DOUBLE": "DOUBLE", "FLOAT": "FLOAT", "STRING": "VARCHAR"}
+#: cast()'s Druid types and the SQL type each becomes
+CASTS = {"LONG": "BIGINT", "DOUBLE": "DOUBLE", "FLOAT": "FLOAT", "STRING": "VARCHAR"}
 
 
 class ExpressionError(ValueError):
@@ -72,6 +76,16 @@ def to_condition(text: str, resolve: Resolve) -> exp.Expr:
     return _parse(text, resolve).truth()
 
 
+def druid_function(name: str, *args: exp.Expr) -> exp.Expr:
+    """A call of one of Druid SQL's own functions (TIME_FLOOR, MILLIS_TO_TIMESTAMP…)."""
+    return exp.Anonymous(this=name, expressions=list(args))
+
+
+def supported_functions() -> list[str]:
+    """The expression functions Sluice reads, for error messages and documentation."""
+    return sorted(_FUNCTIONS)
+
+
 def _parse(text: str, resolve: Resolve) -> _Value:
     parser = _Parser(text, resolve)
     value = parser.expression()
@@ -95,8 +109,6 @@ class _Parser:
                 raise ExpressionError(f"cannot parse expression '{text}' at position {pos}")
             tokens.append((match.lastgroup, match.group(match.lastgroup)))
             pos = match.end()
-        if not tokens:
-            raise ExpressionError("the expression is empty")
         return tokens
 
     def peek(self) -> tuple[str, str] | None:
@@ -170,7 +182,7 @@ class _Parser:
         self.expect(")")
         function = _FUNCTIONS.get(name)
         if function is None:
-            raise ExpressionError(f"function {name}() is not supported; supported: {', '.join(sorted(_FUNCTIONS))}")
+            raise ExpressionError(f"function {name}() is not supported; supported: {', '.join(supported_functions())}")
         low, high, build = function
         if not low <= len(args) <= high:
             expected = str(low) if low == high else f"{low} to {high}"
@@ -188,7 +200,7 @@ def _binary(op: str, left: _Value, right: _Value) -> _Value:
 
 
 def _unescape(text: str) -> str:
-    """Druid reads literals with Java's escape rules."""
+    """Druid reads literals with Java's escape rules (StringEscapeUtils.unescapeJava)."""
     return re.sub(
         r"\\(u[0-9a-fA-F]{4}|.)",
         lambda m: chr(int(m.group(1)[1:], 16)) if len(m.group(1)) == 5 else _JAVA_ESCAPES.get(m.group(1), m.group(1)),
@@ -206,15 +218,15 @@ def _sql_function(sql_name: str) -> _Build:
     return lambda args: _Value(exp.func(sql_name, *(a.number() for a in args), dialect="druid"))
 
 
+def _druid_call(sql_name: str) -> _Build:
+    """A Druid expression function that is Druid SQL's function of that name, with the same arguments."""
+    return lambda args: _Value(druid_function(sql_name, *(a.number() for a in args)))
+
+
 def _literal(arg: _Value, what: str) -> str:
     if not (isinstance(arg.sql, exp.Literal) and arg.sql.is_string):
         raise ExpressionError(f"{what} must be a string literal, got {arg.sql.sql(dialect='druid')}")
     return arg.sql.name
-
-
-def druid_function(name: str, *args: exp.Expr) -> exp.Expr:
-    """A call of one of Druid SQL's own functions (TIME_FLOOR, MILLIS_TO_TIMESTAMP…)."""
-    return exp.Anonymous(this=name, expressions=list(args))
 
 
 def _timestamp(millis: _Value) -> exp.Expr:
@@ -254,7 +266,10 @@ def _substring(args: list[_Value]) -> _Value:
 
 
 def _strpos(args: list[_Value]) -> _Value:
+    """0-based, -1 when absent; the third argument is the 0-based index the search starts from."""
     position = exp.StrPosition(this=args[0].number(), substr=args[1].number())
+    if len(args) == 3:
+        position.set("position", exp.Add(this=args[2].number(), expression=exp.Literal.number(1)))
     return _Value(exp.Sub(this=position, expression=exp.Literal.number(1)))
 
 
@@ -306,12 +321,13 @@ def _case_simple(args: list[_Value]) -> _Value:
 
 def _cast(args: list[_Value]) -> _Value:
     target = _literal(args[1], "cast's type").upper()
-    if target not in _CASTS:
-        raise ExpressionError(f"cast to {target} is not supported; expected one of {', '.join(_CASTS)}")
-    return _Value(exp.TryCast(this=args[0].number(), to=exp.DataType.build(_CASTS[target])))
+    if target not in CASTS:
+        raise ExpressionError(f"cast to {target} is not supported; expected one of {', '.join(CASTS)}")
+    return _Value(exp.TryCast(this=args[0].number(), to=exp.DataType.build(CASTS[target])))
 
 
 _ANY = 1_000
+#: every Druid expression function Sluice reads: (fewest arguments, most arguments, its Druid SQL tree)
 _FUNCTIONS: dict[str, tuple[int, int, _Build]] = {
     **{
         name: (1, 1, _sql_function(name.upper()))
@@ -324,10 +340,11 @@ _FUNCTIONS: dict[str, tuple[int, int, _Build]] = {
     "strlen": (1, 1, _sql_function("LENGTH")),
     "log": (1, 1, _sql_function("LN")),
     "nvl": (2, 2, _sql_function("COALESCE")),
-    "regexp_extract": (2, 3, _sql_function("REGEXP_EXTRACT")),
+    # Druid SQL's REGEXP_EXTRACT takes a capture group where sqlglot would read a start position: keep it a call
+    "regexp_extract": (2, 3, _druid_call("REGEXP_EXTRACT")),
     "regexp_like": (2, 2, lambda a: _Value(exp.RegexpLike(this=a[0].number(), expression=a[1].number()), True)),
     "substring": (3, 3, _substring),
-    "strpos": (2, 2, _strpos),
+    "strpos": (2, 3, _strpos),
     "contains_string": (2, 2, _contains(insensitive=False)),
     "icontains_string": (2, 2, _contains(insensitive=True)),
     "like": (2, 3, _like),
@@ -337,7 +354,7 @@ _FUNCTIONS: dict[str, tuple[int, int, _Build]] = {
     "case_searched": (2, _ANY, _case_searched),
     "case_simple": (3, _ANY, _case_simple),
     "cast": (2, 2, _cast),
-    "div": (2, 2, lambda a: _Value(druid_function("DIV", a[0].number(), a[1].number()))),
+    "div": (2, 2, _druid_call("DIV")),
     "timestamp": (1, 2, _time_parse),
     "timestamp_parse": (1, 3, _time_parse),
     "timestamp_floor": (2, 4, _time_floor("TIME_FLOOR")),
