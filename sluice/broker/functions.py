@@ -176,6 +176,8 @@ def _ceil(ts: exp.Expr, floored: exp.Expr, step: exp.Expr) -> exp.Expr:
 def _extract(unit: str, ts: exp.Expr) -> exp.Expr:
     if unit == "EPOCH":  # whole seconds, as a LONG
         return exp.Div(this=exp.UnixMillis(this=ts.copy()), expression=exp.Literal.number(1000))
+    if unit == "MILLISECOND":  # Joda's millisOfSecond; DuckDB's counts the second's milliseconds too
+        return exp.Mod(this=exp.Extract(this=exp.var(unit), expression=ts.copy()), expression=exp.Literal.number(1000))
     # Druid's DOW is Joda's day of week, Monday = 1 … Sunday = 7.
     return exp.Extract(this=exp.var("ISODOW" if unit == "DOW" else unit), expression=ts.copy())
 
@@ -234,7 +236,7 @@ def _time_ceil(call: Call) -> exp.Expr:
 def _time_shift(call: Call) -> exp.Expr:
     zone = call.zone(3)
     shift = exp.Mul(this=_period_interval(_period(call)), expression=call.args[2].copy())
-    return from_local(exp.Add(this=to_local(call.args[0], zone), expression=shift), zone)
+    return from_local(exp.paren(exp.Add(this=to_local(call.args[0], zone), expression=shift)), zone)
 
 
 def _time_extract(call: Call) -> exp.Expr:

@@ -60,7 +60,8 @@ EXPRESSIONS = [
     "timestamp_ceil(__time, 'P1M')", "timestamp_shift(__time, 'P1M', 1)", "timestamp_shift(__time, 'PT1H', -2)",
     "timestamp_extract(__time, 'DOW')", "timestamp_extract(__time, 'DOY')", "timestamp_extract(__time, 'WEEK')",
     "timestamp_extract(__time, 'HOUR', 'America/New_York')", "timestamp_extract(__time, 'EPOCH')",
-    "timestamp_extract(__time, 'QUARTER')",
+    "timestamp_extract(__time, 'QUARTER')", "timestamp_extract(__time, 'MILLISECOND')",
+    "timestamp_shift(__time, 'P1D', 1, 'America/New_York')",
     "timestamp_format(__time, 'yyyy-MM-dd HH:mm')", "timestamp_format(__time)",
     "timestamp_format(__time, 'HH:mm', 'Asia/Kolkata')",
     "timestamp_parse(d, 'yyyy-MM-dd')", "timestamp(d)", "timestamp_parse(d, null, 'Asia/Tokyo')",
@@ -70,12 +71,6 @@ KNOWN_DIFFERENCES = {
     # Druid divides two longs as longs (DuckDB does, 1 / 4 = 0); the rows Spark ingests are untyped text, so the
     # Spark rendering cannot tell a long from a double and divides as doubles
     "a / 4": "long division at ingestion",
-    # Druid's MILLISECOND is the millisecond of the second (Spark: 771); the broker's TIME_EXTRACT gives DuckDB's
-    # seconds-and-millis (58771) -- a broker bug in sluice/broker/functions.py, for SQL and native queries alike
-    "timestamp_extract(__time, 'MILLISECOND')": "broker TIME_EXTRACT MILLISECOND",
-    # the broker's TIME_SHIFT in a zone writes `t AT TIME ZONE z + INTERVAL … * n AT TIME ZONE z` without
-    # parentheses, so DuckDB reads `n AT TIME ZONE z` (binder error on timezone(VARCHAR, INTEGER))
-    "timestamp_shift(__time, 'P1D', 1, 'America/New_York')": "broker TIME_SHIFT with a time zone",
 }
 
 
