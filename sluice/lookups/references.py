@@ -82,11 +82,6 @@ class LookupReferences:
         self._read_at: float | None = None
         self._loaded: dict[str, _Loaded] = {}
 
-    def names(self) -> list[str]:
-        """The tier's lookup names, as configured now."""
-        with self._lock:
-            return sorted(self._configured())
-
     def get(self, name: str) -> LookupExtractor | None:
         """The lookup loaded, or None when the tier has none of that name; LookupLoadError when it cannot be
         loaded at all."""
