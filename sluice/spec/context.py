@@ -6,9 +6,10 @@ supervisor's metric `tags`, an extension's) is kept as given, since Druid passes
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, StrictBool, StrictInt
+from pydantic import BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
 
 from sluice.spec.model import SpecModel
 from sluice.spec.tuning import defaults_only
@@ -17,19 +18,35 @@ from sluice.spec.tuning import defaults_only
 LOCK_TIMEOUT_MS = 300_000
 
 
+def _text_int(value: Any) -> Any:
+    """Druid reads a context number from a JSON number or its text (QueryContexts.getAsInt): "50" is 50."""
+    return int(value) if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value) else value
+
+
+def _text_bool(value: Any) -> Any:
+    """Druid reads a context boolean from a JSON boolean or its text (QueryContexts.getAsBoolean)."""
+    return value.strip().lower() == "true" if isinstance(value, str) and value.strip().lower() in ("true", "false") \
+        else value
+
+
+#: a context number or boolean as Druid reads one: the JSON value or its text, nothing else (not `true` for 1)
+ContextInt = Annotated[StrictInt, BeforeValidator(_text_int)]
+ContextBool = Annotated[StrictBool, BeforeValidator(_text_bool)]
+
+
 class TaskContext(SpecModel):
     model_config = ConfigDict(extra="allow")
 
     #: the task's lock priority; None: its type's default (Druid's: 75 realtime, 50 batch, 25 compaction, 0 other)
-    priority: StrictInt | None = None
-    task_lock_timeout: StrictInt = Field(LOCK_TIMEOUT_MS, ge=0)
-    force_time_chunk_lock: StrictBool = True
+    priority: ContextInt | None = None
+    task_lock_timeout: ContextInt = Field(LOCK_TIMEOUT_MS, ge=0)
+    force_time_chunk_lock: ContextBool = True
     #: accepted: Sluice's segment allocation always follows the lineage of the partitions it extends
-    use_lineage_based_segment_allocation: StrictBool = True
-    store_empty_columns: StrictBool = True
-    use_concurrent_locks: StrictBool = False
+    use_lineage_based_segment_allocation: ContextBool = True
+    store_empty_columns: ContextBool = True
+    use_concurrent_locks: ContextBool = False
     task_lock_type: Literal["EXCLUSIVE", "SHARED", "REPLACE", "APPEND"] | None = None
-    use_shared_lock: StrictBool = False
+    use_shared_lock: ContextBool = False
     #: SQL's REPLACE: `all` (OVERWRITE ALL) or the intervals it overwrites
     sql_replace_time_chunks: str | None = None
 

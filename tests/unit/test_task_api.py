@@ -141,3 +141,15 @@ def test_a_noop_task_accepts_context_keys_it_does_not_read_and_keeps_its_priorit
     payload = {"type": "noop", "id": "noop_ctx", "runTime": 10, "context": {"priority": 7, "lookupLoadingMode": "ALL"}}
     assert http.post("/druid/indexer/v1/task", json=payload).status_code == 200
     assert http.get("/druid/indexer/v1/task/noop_ctx").json()["payload"]["context"] == {"priority": 7}
+
+
+def test_context_numbers_and_booleans_are_read_as_druid_reads_them_json_or_text(metadata):
+    http, _ = client(metadata)
+    payload = {"type": "noop", "id": "noop_text", "runTime": 10, "context": {"priority": "12", "forceTimeChunkLock": "TRUE"}}
+    assert http.post("/druid/indexer/v1/task", json=payload).status_code == 200
+    assert http.get("/druid/indexer/v1/task/noop_text").json()["payload"]["context"] == {"priority": 12}
+    for context, field in (({"priority": True}, "priority"), ({"priority": "high"}, "priority"),
+                           ({"forceTimeChunkLock": "no"}, "forceTimeChunkLock"),
+                           ({"forceTimeChunkLock": "false"}, "forceTimeChunkLock")):
+        refused = http.post("/druid/indexer/v1/task", json={**payload, "id": "noop_bad", "context": context})
+        assert refused.status_code == 400 and f"context.{field}" in refused.json()["error"], refused.text
