@@ -44,18 +44,33 @@ class Call:
         value = self.arg(i)
         if value is None:
             return None
-        number = value.this if isinstance(value, exp.Neg) else value
-        if not (isinstance(number, exp.Literal) and number.is_int):
+        signed = _signed_literal(value)
+        if signed is None or not signed[0].is_int:
             raise SqlError(f"{self.name} needs {what} as an integer literal, got {value.sql(dialect='druid')}")
-        result = -int(number.name) if isinstance(value, exp.Neg) else int(number.name)
+        result = signed[1] * int(signed[0].name)
         if not low <= result <= high:
             raise SqlError(f"{self.name} needs {what} in the range of [{low}, {high}], got {result}")
         return result
+
+    def number(self, i: int, what: str) -> float:
+        """A numeric literal argument, which must be given."""
+        value = self.arg(i)
+        signed = None if value is None else _signed_literal(value)
+        if signed is None or not signed[0].is_number:
+            shown = "nothing" if value is None else value.sql(dialect="druid")
+            raise SqlError(f"{self.name} needs {what} as a numeric literal, got {shown}")
+        return signed[1] * float(signed[0].name)
 
     def zone(self, i: int) -> Zone | None:
         """The time zone argument i, the session's zone when it is left out."""
         text = self.literal(i, "the time zone")
         return self.session_zone if text is None else Zone.parse(text)
+
+
+def _signed_literal(value: exp.Expr) -> tuple[exp.Literal, int] | None:
+    """A literal argument and its sign (`-3` parses as the negation of 3), or None when it is not a literal."""
+    number, sign = (value.this, -1) if isinstance(value, exp.Neg) else (value, 1)
+    return (number, sign) if isinstance(number, exp.Literal) else None
 
 
 @dataclass(frozen=True)

@@ -39,17 +39,8 @@ def _power_of_two(call: Call, i: int, what: str, low: int, high: int, default: i
     return exp.Literal.number(default if value is None else value)
 
 
-def _number(call: Call, i: int, what: str) -> float:
-    value = call.arg(i)
-    number = value.this if isinstance(value, exp.Neg) else value
-    if not (isinstance(number, exp.Literal) and number.is_number):
-        shown = "nothing" if value is None else value.sql(dialect="druid")
-        raise SqlError(f"{call.name} needs {what} as a numeric literal, got {shown}")
-    return -float(number.name) if isinstance(value, exp.Neg) else float(number.name)
-
-
 def _doubles(call: Call, start: int, what: str) -> exp.Expr:
-    values = [exp.Literal.number(_number(call, i, what)) for i in range(start, len(call.args))]
+    values = [exp.Literal.number(call.number(i, what)) for i in range(start, len(call.args))]
     return exp.cast(exp.Array(expressions=values), exp.DataType.build("DOUBLE[]", dialect="duckdb"))
 
 
@@ -208,11 +199,11 @@ SKETCH_FUNCTIONS: dict[str, DruidFunction] = {
         2, 2, lambda call: exp.cast(_sketch_and(_std_devs)(call), exp.DType.JSON)),
     **{f"THETA_SKETCH_{op}": DruidFunction(1, None, _theta_set(op)) for op in ("UNION", "INTERSECT", "NOT")},
     "DS_GET_QUANTILE": DruidFunction(2, 2, _sketch_and(
-        lambda call: exp.Literal.number(_number(call, 1, "the fraction")))),
+        lambda call: exp.Literal.number(call.number(1, "the fraction")))),
     "DS_GET_QUANTILES": DruidFunction(2, None, _sketch_and(lambda call: _doubles(call, 1, "the fractions"))),
     "DS_HISTOGRAM": DruidFunction(2, None, _sketch_and(lambda call: _doubles(call, 1, "the split points"))),
     "DS_CDF": DruidFunction(2, None, _sketch_and(lambda call: _doubles(call, 1, "the split points"))),
-    "DS_RANK": DruidFunction(2, 2, _sketch_and(lambda call: exp.Literal.number(_number(call, 1, "the value")))),
+    "DS_RANK": DruidFunction(2, 2, _sketch_and(lambda call: exp.Literal.number(call.number(1, "the value")))),
     "DS_QUANTILE_SUMMARY": DruidFunction(1, 1, _sketch_only),
     "DS_TUPLE_DOUBLES_METRICS_SUM_ESTIMATE": DruidFunction(1, 1, _sketch_only),
     **{f"DS_TUPLE_DOUBLES_{op}": DruidFunction(1, None, _tuple_set) for op in ("UNION", "INTERSECT", "NOT")},
