@@ -128,10 +128,15 @@ def test_the_table_covers_every_part_of_the_spec():
                or row.status.startswith(("honoured", "accepted", "not yet")) for row in ROWS)
 
 
+def _row_id(row: Row) -> str:
+    """`kind:path`, with the section's input source or format between when it has one."""
+    return f"{row.kind}:{row.io[1]['type'] + ':' if row.io else ''}{row.path}"
+
+
 DEFAULTS = [row for row in ROWS if row.default.startswith("`") and not (row.refused and _json(row.refused) == _json(row.default))]
 
 
-@pytest.mark.parametrize("row", DEFAULTS, ids=[f"{r.kind}:{r.io[1]['type'] + ':' if r.io else ''}{r.path}" for r in DEFAULTS])
+@pytest.mark.parametrize("row", DEFAULTS, ids=map(_row_id, DEFAULTS))
 def test_druids_default_is_accepted(row: Row) -> None:
     spec, parse = _spec_with(row, _json(row.default))
     parse(spec)
@@ -140,7 +145,7 @@ def test_druids_default_is_accepted(row: Row) -> None:
 REFUSED = [row for row in ROWS if row.refused]
 
 
-@pytest.mark.parametrize("row", REFUSED, ids=[f"{r.kind}:{r.io[1]['type'] + ':' if r.io else ''}{r.path}" for r in REFUSED])
+@pytest.mark.parametrize("row", REFUSED, ids=map(_row_id, REFUSED))
 def test_a_value_sluice_cannot_honour_is_refused_naming_the_field(row: Row) -> None:
     value = _json(row.refused)
     assert value is not None, f"{row.path}: the refused cell must hold JSON in backticks"
