@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -131,11 +131,25 @@ class DimensionsSpec(SpecModel):
 AggregatorType = Literal[
     "count", "longSum", "doubleSum", "floatSum", "longMin", "longMax", "doubleMin", "doubleMax", "floatMin", "floatMax"
 ]
+FirstLastType = Literal[
+    "longFirst", "longLast", "doubleFirst", "doubleLast", "floatFirst", "floatLast", "stringFirst", "stringLast"
+]
 
 
-class AggregatorSpec(SpecModel):
-    type: AggregatorType
+class _Aggregator(SpecModel):
     name: str = Field(min_length=1)
+
+
+class _OverField(_Aggregator):
+    """An aggregator of one input column (every ingestion-time aggregator but count)."""
+
+    field_name: str = Field(min_length=1)
+
+
+class NumericAggregatorSpec(_Aggregator):
+    """count, sums, minimums and maximums: a number per row, combined by the same rule."""
+
+    type: AggregatorType
     field_name: str | None = Field(None, validate_default=True)
     expression: str | None = Field(None, exclude=True)  # only null: not written back
 
@@ -149,6 +163,77 @@ class AggregatorSpec(SpecModel):
         if kind and kind != "count" and not value:
             raise ValueError(f"{kind} needs fieldName (expression aggregators are not supported yet)")
         return value
+
+
+class FirstLastAggregatorSpec(_OverField):
+    """The value of the earliest (or latest) row, kept with its time, so that rolled-up rows and segments combine:
+    Druid's serializable pair (`lhs` the time in millis, `rhs` the value). `timeColumn` is Druid's: `__time` (the
+    row's own timestamp, before queryGranularity) or a column of epoch millis."""
+
+    type: FirstLastType
+    time_column: str = "__time"
+    #: stringFirst / stringLast keep this many characters of a value (Druid counts bytes)
+    max_string_bytes: int = Field(1024, gt=0)
+
+
+class HllSketchAggregatorSpec(_OverField):
+    """A DataSketches HLL sketch of the column's values (HLLSketchBuild) or of its sketches (HLLSketchMerge: Base64
+    text, as Druid reads a sketch column in JSON). Built by Spark, which writes HLL_8 whatever tgtHllType says; the
+    type only sets a sketch's size in Druid, not its estimate. Strings are hashed as their UTF-8 bytes."""
+
+    type: Literal["HLLSketchBuild", "HLLSketchMerge"]
+    lg_k: int = Field(12, ge=4, le=21)
+    tgt_hll_type: Literal["HLL_4", "HLL_6", "HLL_8"] = "HLL_4"
+    round: bool = False
+    should_finalize: bool = True
+    string_encoding: Literal["utf16le", "utf8"] = "utf16le"
+
+
+class ThetaSketchAggregatorSpec(_OverField):
+    type: Literal["thetaSketch"]
+    size: int = Field(16384, ge=16, le=1 << 26)
+    is_input_theta_sketch: bool = False
+    should_finalize: bool = True
+
+    @field_validator("size")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        if value & (value - 1):
+            raise ValueError(f"size must be a power of 2, got {value}")
+        return value
+
+
+class QuantilesSketchAggregatorSpec(_OverField):
+    """A DataSketches quantiles (doubles) sketch of the column's numbers; a column of sketches (Base64) merges."""
+
+    type: Literal["quantilesDoublesSketch"]
+    k: int = Field(128, ge=2, le=32768)
+    max_stream_length: int = Field(1_000_000_000, gt=0)
+    should_finalize: bool = True
+
+    @field_validator("k")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        if value & (value - 1):
+            raise ValueError(f"k must be a power of 2, got {value}")
+        return value
+
+
+class HyperUniqueAggregatorSpec(_OverField):
+    """Distinct values, kept as a DataSketches HLL sketch (lgK 11: Druid's 2048 HyperLogLog registers), so that every
+    distinct-count function reads it. `isInputHyperUnique` reads such sketches (Base64), as a re-index of the
+    column does; Druid's own HyperLogLog bytes are not a DataSketches sketch, and such a row is processedWithError."""
+
+    type: Literal["hyperUnique"]
+    is_input_hyper_unique: bool = False
+    round: bool = False
+
+
+AggregatorSpec = Annotated[
+    Union[NumericAggregatorSpec, FirstLastAggregatorSpec, HllSketchAggregatorSpec, ThetaSketchAggregatorSpec,
+          QuantilesSketchAggregatorSpec, HyperUniqueAggregatorSpec],
+    Field(discriminator="type"),
+]
 
 
 class GranularitySpec(SpecModel):

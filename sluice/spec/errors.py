@@ -56,6 +56,8 @@ def from_validation_error(err: ValidationError, payload: Any, prefix: Sequence[s
     """The first pydantic error as a SpecError naming the field path in the user's JSON."""
     first = err.errors()[0]
     path = join_path([*prefix, *path_in_payload(payload, first["loc"])])
+    if first["type"] in ("union_tag_invalid", "union_tag_not_found"):  # the field to change is the tag
+        path += "." + str((first.get("ctx") or {}).get("discriminator", "type")).strip("'")
     message = first["msg"]
     if first["type"] == "extra_forbidden":
         message = "Sluice does not support this field (yet); remove it or see the README's spec reference"

@@ -502,10 +502,8 @@ def parse_supervisor_spec(payload: Any) -> KafkaSupervisorSpec | StreamJobSpec:
         error = from_validation_error(err, document)
         path, message = error.path, error.message
         first = err.errors()[0]
-        if first["type"] in ("union_tag_invalid", "union_tag_not_found") and path.endswith(_FORMAT_FIELDS):
-            # pydantic names the format; the user can act on its `type`
-            allowed = STREAM_FORMATS if path.endswith("inputFormat") else LINE_FORMATS
-            path += ".type"
+        if first["type"] in ("union_tag_invalid", "union_tag_not_found") and path.endswith(_FORMAT_TYPES):
+            allowed = STREAM_FORMATS if path.endswith("inputFormat.type") else LINE_FORMATS
             tag = (first.get("ctx") or {}).get("tag")
             message = (f"type {tag!r} is not supported" if tag else "Field required") + \
                 f"; a Kafka message is read as one of {', '.join(allowed)}"
@@ -513,7 +511,7 @@ def parse_supervisor_spec(payload: Any) -> KafkaSupervisorSpec | StreamJobSpec:
 
 
 #: the fields that hold an input format (a discriminated union on `type`)
-_FORMAT_FIELDS = ("inputFormat", "valueFormat", "keyFormat")
+_FORMAT_TYPES = ("inputFormat.type", "valueFormat.type", "keyFormat.type")
 
 
 def _legacy_path(path: str, paths: dict[str, str]) -> str:

@@ -344,15 +344,14 @@ def _chunks(intervals: list[Interval], granularity: Granularity) -> list[Interva
     return sorted(chunks)
 
 
-_ARROW_TYPES = {"string": pa.string(), "long": pa.int64(), "float": pa.float32(), "double": pa.float64(),
-                "BIGINT": pa.int64(), "DOUBLE": pa.float64(), "FLOAT": pa.float32()}
+_ARROW_TYPES = {"string": pa.string(), "long": pa.int64(), "float": pa.float32(), "double": pa.float64()}
 
 
 def _write_empty_segment(path: Path, plan: IngestPlan, schema: Any) -> None:
     """A segment file with the data source's columns and no row: what a tombstone reads as."""
     fields = [pa.field(TIME, pa.timestamp("ms", tz="UTC"))]
     fields += [pa.field(d.name, _ARROW_TYPES[d.type]) for d in schema.dimensions_spec.dimensions]
-    fields += [pa.field(a.spec.name, _ARROW_TYPES[a.sql_type]) for a in plan.aggregators]
+    fields += [pa.field(a.name, a.arrow_type) for a in plan.aggregators]
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.schema(fields).empty_table(), path)
 

@@ -258,10 +258,24 @@ def compaction_payloads(spec: CompactionTaskSpec, segments: Sequence[InputSegmen
     return [_payload(spec, list(segments), aligned, granularity)]
 
 
+#: how an aggregator's combining form differs from it, where it must be told that it reads what it wrote
+_COMBINING_CHANGES: dict[str, dict[str, Any]] = {
+    "HLLSketchBuild": {"type": "HLLSketchMerge"},
+    "thetaSketch": {"isInputThetaSketch": True},
+    "hyperUnique": {"isInputHyperUnique": True},
+}
+
+
 def combining_aggregator(aggregator: Mapping[str, Any]) -> dict[str, Any]:
-    """Druid's AggregatorFactory.getCombiningFactory: the aggregator that merges the column it wrote."""
-    kind = str(aggregator["type"])
-    return {"type": "longSum" if kind == "count" else kind, "name": aggregator["name"], "fieldName": aggregator["name"]}
+    """Druid's AggregatorFactory.getCombiningFactory: the aggregator that merges the column it wrote, with the
+    written aggregator's parameters (a sketch's size, a first/last value's length). First/last read back the pairs
+    they wrote, which carry their own time; quantiles sketches merge the sketches they meet."""
+    name = aggregator["name"]
+    if aggregator["type"] == "count":
+        return {"type": "longSum", "name": name, "fieldName": name}
+    combining = {**aggregator, **_COMBINING_CHANGES.get(str(aggregator["type"]), {}), "fieldName": name}
+    combining.pop("timeColumn", None)
+    return combining
 
 
 def dimension_schema(segments: Sequence[InputSegment]) -> list[dict[str, str]]:

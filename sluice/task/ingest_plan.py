@@ -12,7 +12,19 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from sluice.spec.data_schema import AggregatorSpec, DataSchema, TimestampSpec
+import pyarrow as pa
+
+from sluice.spec.data_schema import (
+    AggregatorSpec,
+    DataSchema,
+    FirstLastAggregatorSpec,
+    HllSketchAggregatorSpec,
+    HyperUniqueAggregatorSpec,
+    NumericAggregatorSpec,
+    QuantilesSketchAggregatorSpec,
+    ThetaSketchAggregatorSpec,
+    TimestampSpec,
+)
 from sluice.spec.expressions import quote_identifier as q
 from sluice.spec.expressions import string_literal
 from sluice.spec.input_format import FlattenSpec
@@ -25,23 +37,40 @@ TIME = "__time"
 _DIMENSION_SQL_TYPE = {"string": "STRING", "long": "BIGINT", "float": "FLOAT", "double": "DOUBLE"}
 
 
+#: the Spark SQL type of each first/last aggregator's value
+_PAIR_VALUES = {"long": "BIGINT", "double": "DOUBLE", "float": "FLOAT", "string": "STRING"}
+_ARROW_TYPES = {"BIGINT": pa.int64(), "DOUBLE": pa.float64(), "FLOAT": pa.float32(), "STRING": pa.string()}
+#: the DataSketches family of each sketch, its third byte (after the preamble's length and serialization version)
+_SKETCH_FAMILY = {"HLLSketch": "X'07'", "thetaSketch": "X'03'", "quantilesDoublesSketch": "X'08'"}
+#: the Spark function that merges persisted quantiles sketches (see sketch_udfs), with the values it builds from
+QUANTILES_FUNCTION = "sluice_quantiles_sketch"
+
+
 @dataclass(frozen=True)
 class Aggregator:
-    """How one metricsSpec entry is computed at ingestion and combined across persists and segments."""
+    """How one metricsSpec entry is computed at ingestion and combined across persists and segments.
+
+    `input_sql` is the typed value of one row (`__in_<name>`); `aggregate_sql` rolls those up (or, combining, rolls
+    up rolled-up rows, which is also how segments merge); `row_sql` is one row's value in the stored form when a
+    row is not rolled up, None when only an aggregation makes that form (a sketch)."""
 
     spec: AggregatorSpec
 
     @property
-    def sql_type(self) -> str:
-        if self.spec.type == "count" or self.spec.type.startswith("long"):
-            return "BIGINT"
-        return "DOUBLE" if self.spec.type.startswith("double") else "FLOAT"
+    def name(self) -> str:
+        return self.spec.name
 
     @property
-    def function(self) -> str:
-        """sum / min / max: also the combining function, so rolled-up rows merge with the same rule."""
-        return "sum" if self.spec.type == "count" else self.spec.type.removeprefix("long").removeprefix(
-            "double").removeprefix("float").lower()
+    def sql_type(self) -> str:
+        """The stored column's Spark SQL type."""
+        kind = self.spec.type
+        return "BIGINT" if kind == "count" or kind.startswith("long") else (
+            "DOUBLE" if kind.startswith("double") else "FLOAT")
+
+    @property
+    def arrow_type(self) -> pa.DataType:
+        """The stored column's type in a segment file (written without Spark: an empty segment)."""
+        return _ARROW_TYPES[self.sql_type]
 
     def input_sql(self) -> str:
         """The typed per-row input value (nulls are ignored by the aggregation, as in SQL-compatible Druid)."""
@@ -49,8 +78,148 @@ class Aggregator:
             return "CAST(1 AS BIGINT)"
         return f"CAST({q(self.spec.field_name)} AS {self.sql_type})"
 
-    def aggregate_sql(self, column: str) -> str:
-        return f"CAST({self.function}({q(column)}) AS {self.sql_type}) AS {q(self.spec.name)}"
+    def parse_check_sql(self) -> str | None:
+        """SQL that is NULL for a non-null raw input that does not parse (a processedWithError row), or None when
+        every input parses."""
+        return None if self.spec.type == "count" else self.input_sql()
+
+    def aggregate_sql(self, column: str, combining: bool) -> str:
+        function = "sum" if self.spec.type == "count" else self.spec.type.removeprefix("long").removeprefix(
+            "double").removeprefix("float").lower()
+        return f"CAST({function}({q(column)}) AS {self.sql_type}) AS {q(self.name)}"
+
+    def row_sql(self, column: str) -> str | None:
+        return f"{q(column)} AS {q(self.name)}"
+
+    @property
+    def reads(self) -> set[str]:
+        """The raw input fields."""
+        return {self.spec.field_name} if self.spec.field_name else set()
+
+
+@dataclass(frozen=True)
+class FirstLastAggregator(Aggregator):
+    """Druid's serializable pair: STRUCT<lhs: time millis, rhs: value>. The earliest (latest) pair wins, so pairs
+    combine as values do; a pair given as Druid writes one (`{"lhs": …, "rhs": …}`, how a re-index reads a first/last
+    column) is taken as that pair."""
+
+    spec: FirstLastAggregatorSpec
+
+    @property
+    def value_type(self) -> str:
+        return _PAIR_VALUES[self.spec.type.removesuffix("First").removesuffix("Last")]
+
+    @property
+    def sql_type(self) -> str:
+        return f"STRUCT<lhs: BIGINT, rhs: {self.value_type}>"
+
+    @property
+    def arrow_type(self) -> pa.DataType:
+        return pa.struct([("lhs", pa.int64()), ("rhs", _ARROW_TYPES[self.value_type])])
+
+    def _value(self) -> str:
+        value = f"CAST({q(self.spec.field_name)} AS {self.value_type})"
+        if self.value_type == "STRING":
+            return f"left({value}, {self.spec.max_string_bytes})"
+        return value
+
+    def _is_pair(self) -> str:
+        return f"startswith({q(self.spec.field_name)}, '{{\"lhs\":')"
+
+    def input_sql(self) -> str:
+        field, time = q(self.spec.field_name), self.spec.time_column
+        millis = f"unix_millis({q(TIME)})" if time == TIME else f"CAST({q(time)} AS BIGINT)"
+        return (f"CASE WHEN {self._is_pair()} THEN from_json({field}, 'lhs BIGINT, rhs {self.value_type}') "
+                f"ELSE named_struct('lhs', {millis}, 'rhs', {self._value()}) END")
+
+    def parse_check_sql(self) -> str | None:
+        return None if self.value_type == "STRING" else f"CASE WHEN {self._is_pair()} THEN 0 ELSE {self._value()} END"
+
+    def aggregate_sql(self, column: str, combining: bool) -> str:
+        function = "min_by" if self.spec.type.endswith("First") else "max_by"
+        return f"{function}({q(column)}, {q(column)}.lhs) AS {q(self.name)}"
+
+    @property
+    def reads(self) -> set[str]:
+        return {self.spec.field_name} | ({self.spec.time_column} - {TIME})
+
+
+@dataclass(frozen=True)
+class SketchAggregator(Aggregator):
+    """A DataSketches sketch, stored as a one-field STRUCT named after Druid's complex type (what the broker reads
+    as a sketch). Spark builds HLL and Theta sketches itself; the quantiles sketch is built by a Python function
+    over the group's values. An input that is a sketch (Base64, as Druid writes one in JSON) is merged."""
+
+    spec: HllSketchAggregatorSpec | ThetaSketchAggregatorSpec | QuantilesSketchAggregatorSpec | HyperUniqueAggregatorSpec
+
+    @property
+    def kind(self) -> str:
+        return {"thetaSketch": "thetaSketch", "quantilesDoublesSketch": "quantilesDoublesSketch"}.get(
+            self.spec.type, "HLLSketch")
+
+    @property
+    def sql_type(self) -> str:
+        return f"STRUCT<{self.kind}: BINARY>"
+
+    @property
+    def arrow_type(self) -> pa.DataType:
+        return pa.struct([(self.kind, pa.binary())])
+
+    @property
+    def takes_sketches(self) -> bool:
+        spec = self.spec
+        return (spec.type == "HLLSketchMerge" or getattr(spec, "is_input_theta_sketch", False)
+                or getattr(spec, "is_input_hyper_unique", False))
+
+    def _sketch_bytes(self) -> str:
+        """The input field's Base64 decoded, NULL unless it is a sketch of this kind."""
+        decoded = f"try_to_binary({q(self.spec.field_name)}, 'base64')"
+        return f"CASE WHEN substring({decoded}, 3, 1) = {_SKETCH_FAMILY[self.kind]} THEN {decoded} END"
+
+    def input_sql(self) -> str:
+        if self.kind == "quantilesDoublesSketch":  # numbers are built from, sketches merged: Druid tells by type
+            field = q(self.spec.field_name)
+            return (f"named_struct('value', CAST({field} AS DOUBLE), 'sketch', CASE WHEN CAST({field} AS DOUBLE) "
+                    f"IS NULL THEN {self._sketch_bytes()} END)")
+        return self._sketch_bytes() if self.takes_sketches else f"CAST({q(self.spec.field_name)} AS STRING)"
+
+    def parse_check_sql(self) -> str | None:
+        if self.kind == "quantilesDoublesSketch":
+            number = f"CAST({q(self.spec.field_name)} AS DOUBLE)"
+            return f"CASE WHEN {number} IS NOT NULL OR {self._sketch_bytes()} IS NOT NULL THEN 0 END"
+        return self._sketch_bytes() if self.takes_sketches else None
+
+    def _log2_size(self) -> int:
+        spec = self.spec
+        if isinstance(spec, ThetaSketchAggregatorSpec):
+            return spec.size.bit_length() - 1
+        return spec.lg_k if isinstance(spec, HllSketchAggregatorSpec) else 11  # hyperUnique: 2048 registers
+
+    def aggregate_sql(self, column: str, combining: bool) -> str:
+        sketches = combining or self.takes_sketches
+        value = f"{q(column)}.{self.kind}" if combining else q(column)
+        lg = self._log2_size()
+        if self.kind == "HLLSketch":
+            sketch = f"hll_union_agg({value}, true)" if sketches else f"hll_sketch_agg({value}, {lg})"
+        elif self.kind == "thetaSketch":
+            sketch = f"theta_union_agg({value}, {lg})" if sketches else f"theta_sketch_agg({value}, {lg})"
+        else:
+            k = self.spec.k  # type: ignore[union-attr]
+            values, merged = ("array()", f"collect_list({value})") if combining else (
+                f"collect_list({value}.value)", f"collect_list({value}.sketch)")
+            sketch = f"{QUANTILES_FUNCTION}({values}, {merged}, {k})"
+        return f"named_struct('{self.kind}', {sketch}) AS {q(self.name)}"
+
+    def row_sql(self, column: str) -> str | None:
+        return None
+
+
+def aggregator(spec: AggregatorSpec) -> Aggregator:
+    if isinstance(spec, FirstLastAggregatorSpec):
+        return FirstLastAggregator(spec)
+    if isinstance(spec, NumericAggregatorSpec):
+        return Aggregator(spec)
+    return SketchAggregator(spec)
 
 
 @dataclass(frozen=True)
@@ -101,10 +270,11 @@ class IngestPlan:
     time_sql: str
     transforms: dict[str, str]
     filter_sql: str | None
-    #: output column -> typed SQL; a non-null raw value that fails its cast makes the row processedWithError
+    #: output column -> typed SQL
     typed_columns: dict[str, str]
-    #: typed columns whose raw input is checked for parse errors: output name -> raw input column
-    checked_inputs: dict[str, str]
+    #: (raw input column, SQL over the raw fields): a non-null raw value whose SQL is NULL did not parse, which
+    #: makes the row processedWithError
+    parse_checks: tuple[tuple[str, str], ...]
     query_granularity_sql: str
     dimensions: list[str]
     aggregators: list[Aggregator]
@@ -118,11 +288,17 @@ class IngestPlan:
 
     @property
     def metrics(self) -> list[str]:
-        return [a.spec.name for a in self.aggregators]
+        return [a.name for a in self.aggregators]
 
     def rollup_aggregations(self, combining: bool) -> list[str]:
         """Aggregations over typed rows (ingest) or over rolled-up rows (merge of persists)."""
-        return [a.aggregate_sql(a.spec.name if combining else f"__in_{a.spec.name}") for a in self.aggregators]
+        return [a.aggregate_sql(a.name if combining else f"__in_{a.name}", combining) for a in self.aggregators]
+
+    def row_values(self) -> list[str] | None:
+        """Each metric of one typed row in its stored form (rows not rolled up), or None when a metric has that form
+        only from an aggregation (a sketch): then every row is rolled up alone."""
+        values = [a.row_sql(f"__in_{a.name}") for a in self.aggregators]
+        return None if None in values else values  # type: ignore[return-value]
 
 
 def compile_plan(schema: DataSchema, flatten: FlattenSpec | None = None) -> IngestPlan:
@@ -130,10 +306,10 @@ def compile_plan(schema: DataSchema, flatten: FlattenSpec | None = None) -> Inge
     transforms = {t.name: t.compiled() for t in schema.transform_spec.transforms}
     transform_inputs = set().union(*(t.columns for t in transforms.values())) if transforms else set()
     dimensions = schema.dimensions_spec.dimensions
-    aggregators = [Aggregator(m) for m in schema.metrics_spec]
+    aggregators = [aggregator(m) for m in schema.metrics_spec]
     filter_ = schema.transform_spec.filter
 
-    referenced = {d.name for d in dimensions} | {a.spec.field_name for a in aggregators if a.spec.field_name}
+    referenced = {d.name for d in dimensions}.union(*(a.reads for a in aggregators))
     referenced |= filter_.columns() if filter_ else set()
     # `__time` in an expression means the row timestamp, not a JSON field (unless it is the timestamp column)
     fields = ((referenced - set(transforms)) | transform_inputs) - {TIME} | {schema.timestamp_spec.column}
@@ -146,11 +322,11 @@ def compile_plan(schema: DataSchema, flatten: FlattenSpec | None = None) -> Inge
                      *([f"{q(corrupt)} STRING"] if corrupt else [])])
 
     typed = {d.name: f"CAST({q(d.name)} AS {_DIMENSION_SQL_TYPE[d.type]})" for d in dimensions}
-    checked = {d.name: d.name for d in dimensions if d.type != "string"}
-    for aggregator in aggregators:
-        typed[f"__in_{aggregator.spec.name}"] = aggregator.input_sql()
-        if aggregator.spec.field_name:
-            checked[f"__in_{aggregator.spec.name}"] = aggregator.spec.field_name
+    checks = [(d.name, typed[d.name]) for d in dimensions if d.type != "string"]
+    for metric in aggregators:
+        typed[f"__in_{metric.name}"] = metric.input_sql()
+        if (check := metric.parse_check_sql()) is not None:
+            checks.append((metric.spec.field_name, check))
 
     return IngestPlan(
         json_schema_ddl=ddl,
@@ -161,7 +337,7 @@ def compile_plan(schema: DataSchema, flatten: FlattenSpec | None = None) -> Inge
         },
         filter_sql=filter_.to_spark_sql() if filter_ else None,
         typed_columns=typed,
-        checked_inputs=checked,
+        parse_checks=tuple(checks),
         query_granularity_sql=schema.granularity_spec.query_granularity.spark_sql(q(TIME)),
         dimensions=[d.name for d in dimensions],
         aggregators=aggregators,

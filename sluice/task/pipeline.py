@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from sluice.connectors.records import ERROR, LOCATOR
 from sluice.spec.expressions import quote_identifier
 from sluice.spec.granularity import Granularity
+from sluice.task import sketch_udfs
 from sluice.task.ingest_plan import TIME, IngestPlan, IntervalsWindow, MessageWindow
 from sluice.stream.kafka_ranges import KEY_ERROR, MESSAGE, METADATA_PREFIX
 from sluice.task.stats import RowStats
@@ -60,8 +61,9 @@ class _PersistColumns:
     #: `__time` and the dimensions
     keys: list[Column]
     aggregations: list[Column]
-    #: each metric's input, named as the metric (rows not rolled up)
-    metric_values: list[Column]
+    #: each metric's value of one row, named as the metric (rows not rolled up); None when only an aggregation
+    #: makes it (a sketch)
+    metric_values: list[Column] | None
 
 
 class RowPipeline:
@@ -75,6 +77,8 @@ class RowPipeline:
         self.window = window
         self._typed: tuple[DataFrame, DataFrame] | None = None  # (raw records, their typed rows)
         self._columns: _PersistColumns | None = None
+        if any(a.spec.type == "quantilesDoublesSketch" for a in plan.aggregators):
+            sketch_udfs.register(spark)
 
     def typed_rows(self, raw: DataFrame) -> DataFrame:
         """Raw records -> typed rows: `__time`, the dimensions, the metric inputs (`__in_<metric>`), and the
@@ -98,9 +102,8 @@ class RowPipeline:
         # Druid checks the window on the transformed timestamp, like the filter sees transformed columns
         dropped = f"NOT coalesce({plan.filter_sql}, FALSE)" if plan.filter_sql else "FALSE"
         thrown = f"coalesce({self.window.outside_sql()}, FALSE) OR {dropped}"
-        perr = " OR ".join(
-            f"(`{raw_col}` IS NOT NULL AND {plan.typed_columns[out]} IS NULL)" for out, raw_col in plan.checked_inputs.items()
-        ) or "FALSE"
+        perr = " OR ".join(f"({quote_identifier(raw_col)} IS NOT NULL AND {sql} IS NULL)"
+                           for raw_col, sql in plan.parse_checks) or "FALSE"
         rows = rows.withColumns({"__thrown": F.expr(thrown), "__perr": F.expr(perr)})
         rows = rows.withColumns({name: F.expr(sql) for name, sql in plan.typed_columns.items()})
         return rows.select(*_columns(TIME, *plan.dimensions, *(f"__in_{m}" for m in plan.metrics)),
@@ -110,10 +113,18 @@ class RowPipeline:
         """The rows kept (parsed, not thrown away) at queryGranularity, rolled up unless `rollup` is False (then
         each row keeps its own metric values, and the merge at publish rolls them up)."""
         c = self._persist_columns()
-        kept = rows.where(c.kept).withColumn(TIME, c.granular_time)
-        if self.plan.rollup and rollup is not False:
-            return kept.groupBy(*c.keys).agg(*c.aggregations)
-        return kept.select(*c.keys, *c.metric_values)
+        return self._aggregated(rows.where(c.kept).withColumn(TIME, c.granular_time), rollup is not False)
+
+    def _aggregated(self, kept: DataFrame, rollup: bool, *keys: str) -> DataFrame:
+        """`kept` rows with their metrics' stored values: rolled up when both the spec and `rollup` say so, else each
+        row alone (a sketch of one row is still an aggregation)."""
+        c = self._persist_columns()
+        if self.plan.rollup and (rollup or c.metric_values is None):
+            return kept.groupBy(*keys, *c.keys).agg(*c.aggregations)
+        if c.metric_values is None:
+            return (kept.withColumn("__row", F.monotonically_increasing_id())
+                    .groupBy(*keys, *c.keys, "__row").agg(*c.aggregations).drop("__row"))
+        return kept.select(*keys, *c.keys, *c.metric_values)
 
     def persist(self, raw: DataFrame, persist_dir: Path, rollup: bool = True, count_keys: bool = False) -> PersistResult:
         """One Spark job: the records are read once; the counters are observed while the rows are written.
@@ -140,11 +151,8 @@ class RowPipeline:
         c = self._persist_columns()
         kept = rows.where(c.kept).withColumn(TIME, c.granular_time).withColumn(
             "__bucket", _bucket_millis(segment_granularity))
-        if self.plan.rollup:
-            kept = kept.groupBy("__bucket", *c.keys).agg(*c.aggregations)
-        else:
-            kept = kept.select("__bucket", *c.keys, *c.metric_values)
-        _write_buckets(kept.repartition("__bucket"), max_rows_per_segment, staging_dir)
+        _write_buckets(self._aggregated(kept, True, "__bucket").repartition("__bucket"), max_rows_per_segment,
+                       staging_dir)
         return _persist_result(observation), _segment_files(staging_dir)
 
     def _observed(self, raw: DataFrame, count_keys: bool) -> tuple[DataFrame, Observation]:
@@ -177,7 +185,7 @@ class RowPipeline:
                 granular_time=F.expr(plan.query_granularity_sql),
                 keys=keys,
                 aggregations=[F.expr(a) for a in plan.rollup_aggregations(False)],
-                metric_values=[_column(f"__in_{m}").alias(m) for m in plan.metrics],
+                metric_values=None if (values := plan.row_values()) is None else [F.expr(v) for v in values],
             )
         return self._columns
 

@@ -14,6 +14,7 @@ import pytest
 import sqlglot
 
 from sluice.spec.data_schema import AggregatorType, DataSchema, TimestampSpec
+from sluice.task.compact_task import combining_aggregator
 from sluice.task.ingest_plan import IngestPlan, compile_plan, joda_to_spark_pattern, timestamp_sql
 
 
@@ -122,7 +123,7 @@ def test_aggregator_to_spark_sql(kind, typed, first, combine):
     assert compiled.rollup_aggregations(True) == [combine]
     assert compiled.metrics == ["m"]
     # a value that does not fit the metric's type is a processedWithError row; count reads no field
-    assert compiled.checked_inputs.get("__in_m") == (None if kind == "count" else "v")
+    assert compiled.parse_checks == (() if kind == "count" else (("v", typed),))
     assert all(parses_as_spark_sql(sql) for sql in (typed, first, combine))
 
 
@@ -200,7 +201,8 @@ def test_typed_dimension_columns():
         "user": "CAST(`user` AS STRING)",
     }
     # a string takes any value; a number that does not parse is ingested as null and counted processedWithError
-    assert compiled.checked_inputs == {"views": "views", "ratio": "ratio", "score": "score"}
+    assert compiled.parse_checks == (("views", "CAST(`views` AS BIGINT)"), ("ratio", "CAST(`ratio` AS FLOAT)"),
+                                     ("score", "CAST(`score` AS DOUBLE)"))
     assert compiled.dimensions == ["page", "views", "ratio", "score", "user"]
     assert compiled.json_schema_ddl == ("`page` STRING, `ratio` STRING, `score` STRING, `ts` STRING, `user` STRING, "
                                         "`views` STRING")
@@ -222,3 +224,79 @@ def test_dimension_exclusions_change_nothing_next_to_an_explicit_dimension_list(
                     dimensionsSpec={"dimensions": ["page"], "dimensionExclusions": ["ts", "added", "count", "ip"]})
     assert excluded == without
     assert "`ts` STRING" in excluded.json_schema_ddl and "`added` STRING" in excluded.json_schema_ddl
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# first/last pairs and sketches: Spark-only functions, so pinned as text here and run in test_ingested_metrics.py
+
+def test_first_last_rolls_up_pairs_of_time_and_value_and_reads_a_pair_given_as_json():
+    compiled = plan(metricsSpec=[{"type": "doubleLast", "name": "m", "fieldName": "v"},
+                                 {"type": "stringFirst", "name": "s", "fieldName": "u", "maxStringBytes": 8}])
+    assert compiled.typed_columns["__in_m"] == (
+        "CASE WHEN startswith(`v`, '{\"lhs\":') THEN from_json(`v`, 'lhs BIGINT, rhs DOUBLE') "
+        "ELSE named_struct('lhs', unix_millis(`__time`), 'rhs', CAST(`v` AS DOUBLE)) END")
+    assert "left(CAST(`u` AS STRING), 8)" in compiled.typed_columns["__in_s"]
+    assert compiled.rollup_aggregations(False) == ["max_by(`__in_m`, `__in_m`.lhs) AS `m`",
+                                                   "min_by(`__in_s`, `__in_s`.lhs) AS `s`"]
+    assert compiled.rollup_aggregations(True)[0] == "max_by(`m`, `m`.lhs) AS `m`"
+    # a number that does not parse is processedWithError; a string always parses
+    assert [raw for raw, _ in compiled.parse_checks] == ["v"]
+    assert compiled.row_values() == ["`__in_m` AS `m`", "`__in_s` AS `s`"]
+
+
+def test_a_time_column_other_than_the_row_time_is_read_as_epoch_millis():
+    compiled = plan(metricsSpec=[{"type": "longFirst", "name": "m", "fieldName": "v", "timeColumn": "seen"}])
+    assert "named_struct('lhs', CAST(`seen` AS BIGINT), 'rhs', CAST(`v` AS BIGINT))" in compiled.typed_columns["__in_m"]
+    assert "`seen` STRING" in compiled.json_schema_ddl
+
+
+@pytest.mark.parametrize("metric, first, combine", [
+    ({"type": "HLLSketchBuild", "lgK": 14}, "named_struct('HLLSketch', hll_sketch_agg(`__in_m`, 14)) AS `m`",
+     "named_struct('HLLSketch', hll_union_agg(`m`.HLLSketch, true)) AS `m`"),
+    ({"type": "hyperUnique"}, "named_struct('HLLSketch', hll_sketch_agg(`__in_m`, 11)) AS `m`",
+     "named_struct('HLLSketch', hll_union_agg(`m`.HLLSketch, true)) AS `m`"),
+    ({"type": "HLLSketchMerge"}, "named_struct('HLLSketch', hll_union_agg(`__in_m`, true)) AS `m`",
+     "named_struct('HLLSketch', hll_union_agg(`m`.HLLSketch, true)) AS `m`"),
+    ({"type": "thetaSketch", "size": 1024}, "named_struct('thetaSketch', theta_sketch_agg(`__in_m`, 10)) AS `m`",
+     "named_struct('thetaSketch', theta_union_agg(`m`.thetaSketch, 10)) AS `m`"),
+    ({"type": "quantilesDoublesSketch", "k": 32},
+     "named_struct('quantilesDoublesSketch', sluice_quantiles_sketch(collect_list(`__in_m`.value), "
+     "collect_list(`__in_m`.sketch), 32)) AS `m`",
+     "named_struct('quantilesDoublesSketch', sluice_quantiles_sketch(array(), collect_list(`m`.quantilesDoublesSketch), "
+     "32)) AS `m`"),
+], ids=lambda v: v["type"] if isinstance(v, dict) else "")
+def test_sketch_aggregators_store_a_struct_named_after_the_sketch(metric, first, combine):
+    compiled = plan(metricsSpec=[{**metric, "name": "m", "fieldName": "v"}])
+    assert compiled.rollup_aggregations(False) == [first]
+    assert compiled.rollup_aggregations(True) == [combine]
+    assert compiled.row_values() is None  # one row's sketch is still an aggregation
+    assert all(parses_as_spark_sql(sql) for sql in (first, combine, compiled.typed_columns["__in_m"]))
+
+
+def test_sketch_inputs_are_base64_sketches_of_their_kind_or_a_processed_with_error_row():
+    merge = plan(metricsSpec=[{"type": "HLLSketchMerge", "name": "m", "fieldName": "v"}])
+    decoded = "try_to_binary(`v`, 'base64')"
+    assert merge.typed_columns["__in_m"] == f"CASE WHEN substring({decoded}, 3, 1) = X'07' THEN {decoded} END"
+    assert merge.parse_checks == (("v", merge.typed_columns["__in_m"]),)
+    build = plan(metricsSpec=[{"type": "thetaSketch", "name": "m", "fieldName": "v"}])
+    assert build.typed_columns["__in_m"] == "CAST(`v` AS STRING)" and build.parse_checks == ()
+
+
+@pytest.mark.parametrize("written, combining", [
+    ({"type": "count", "name": "n"}, {"type": "longSum", "name": "n", "fieldName": "n"}),
+    ({"type": "longSum", "name": "s", "fieldName": "x"}, {"type": "longSum", "name": "s", "fieldName": "s"}),
+    ({"type": "stringLast", "name": "l", "fieldName": "x", "timeColumn": "t", "maxStringBytes": 9},
+     {"type": "stringLast", "name": "l", "fieldName": "l", "maxStringBytes": 9}),
+    ({"type": "HLLSketchBuild", "name": "h", "fieldName": "x", "lgK": 14},
+     {"type": "HLLSketchMerge", "name": "h", "fieldName": "h", "lgK": 14}),
+    ({"type": "thetaSketch", "name": "t", "fieldName": "x", "size": 64},
+     {"type": "thetaSketch", "name": "t", "fieldName": "t", "size": 64, "isInputThetaSketch": True}),
+    ({"type": "hyperUnique", "name": "u", "fieldName": "x"},
+     {"type": "hyperUnique", "name": "u", "fieldName": "u", "isInputHyperUnique": True}),
+    ({"type": "quantilesDoublesSketch", "name": "q", "fieldName": "x", "k": 32},
+     {"type": "quantilesDoublesSketch", "name": "q", "fieldName": "q", "k": 32}),
+], ids=lambda v: v["type"] if "fieldName" not in v or v.get("fieldName") == "x" or v["type"] == "count" else "")
+def test_the_combining_aggregator_reads_the_column_the_aggregator_wrote(written, combining):
+    assert combining_aggregator(written) == combining
+    # and it is a spec the ingestion accepts
+    plan(metricsSpec=[combining])

@@ -65,6 +65,11 @@ FORMATS = {
 }
 
 
+#: a section about one aggregator ("## Aggregator `thetaSketch`") walks its fields in a spec whose metric it is
+AGGREGATORS = {kind: {"type": kind, "name": "m", "fieldName": "x"} for kind in (
+    "longFirst", "stringFirst", "HLLSketchBuild", "thetaSketch", "quantilesDoublesSketch", "hyperUnique")}
+
+
 @dataclass(frozen=True)
 class Row:
     kind: str  # supervisor or task
@@ -74,25 +79,29 @@ class Row:
     refused: str
     #: what the section's spec has at spec.ioConfig: ("inputSource" or "inputFormat", its JSON)
     io: tuple[str, dict[str, Any]] | None = None
+    #: the section's aggregator, the spec's only metric
+    metric: dict[str, Any] | None = None
 
 
 def _rows() -> list[Row]:
     """Every field, for each kind of spec it applies to."""
     rows: list[Row] = []
-    kinds, io = ["supervisor", "task"], None
+    kinds, io, metric = ["supervisor", "task"], None, None
     for line in TABLE.read_text().splitlines():
         if line.startswith("## "):
             kinds = ["supervisor"] if "Kafka" in line else ["task"] if "Batch" in line else ["supervisor", "task"]
             named = re.search(r"input (source|format) `(\w+)`", line, re.IGNORECASE)
             io = None if named is None else (
                 ("inputSource", SOURCES[named[2]]) if named[1] == "source" else ("inputFormat", FORMATS[named[2]]))
+            aggregator = re.match(r"## Aggregator `(\w+)`", line)
+            metric = None if aggregator is None else AGGREGATORS[aggregator[1]]
         if not line.startswith("| ") or line.startswith(("| field", "| ---")):
             continue
         field, default, status, refused = (c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1])
         match = re.fullmatch(r"(supervisor |task )?`([^`]+)`", field)
         assert match, f"a field cell is a path in backticks: {field!r}"
         for kind in [match.group(1).strip()] if match.group(1) else kinds:
-            rows.append(Row(kind, match.group(2), default, status, refused, io))
+            rows.append(Row(kind, match.group(2), default, status, refused, io, metric))
     return rows
 
 
@@ -108,6 +117,8 @@ def _spec_with(row: Row, value: Any) -> tuple[dict[str, Any], Any]:
         spec["spec"]["ioConfig"][row.io[0]] = copy.deepcopy(row.io[1])
         if row.io[1]["type"] in WITHOUT_FORMAT:
             del spec["spec"]["ioConfig"]["inputFormat"]
+    if row.metric is not None:
+        spec["spec"]["dataSchema"]["metricsSpec"] = [copy.deepcopy(row.metric)]
     *parents, name = row.path.split(".")
     node = spec
     for key in parents:
@@ -129,8 +140,9 @@ def test_the_table_covers_every_part_of_the_spec():
 
 
 def _row_id(row: Row) -> str:
-    """`kind:path`, with the section's input source or format between when it has one."""
-    return f"{row.kind}:{row.io[1]['type'] + ':' if row.io else ''}{row.path}"
+    """`kind:path`, with the section's input source or format (or aggregator) between when it has one."""
+    section = row.io[1]["type"] if row.io else row.metric["type"] if row.metric else None
+    return f"{row.kind}:{section + ':' if section else ''}{row.path}"
 
 
 DEFAULTS = [row for row in ROWS if row.default.startswith("`") and not (row.refused and _json(row.refused) == _json(row.default))]

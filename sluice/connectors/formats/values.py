@@ -13,6 +13,7 @@ a string dimension, where Spark's CAST still reads it back:
 - timestamps (any unit, any time zone) and dates: epoch milliseconds, which is what Druid's Parquet, ORC and
   Avro readers hand the timestampSpec (`auto` and `millis` read it)
 - binary: base64, or UTF-8 text with `binaryAsString`
+- a struct of one binary field (a sketch column of a segment): the field's base64
 - structs, maps and lists: compact JSON (`{"a":1}`, `[1,2]`) with the same leaf rules (timestamps as millis)
 """
 
@@ -55,6 +56,9 @@ def stringify(array: pa.Array | pa.ChunkedArray, binary_as_string: bool = False)
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) \
             or pa.types.is_binary_view(t):
         return _binary_text(array, binary_as_string)
+    if pa.types.is_struct(t) and t.num_fields == 1 and pa.types.is_binary(t.field(0).type):
+        # a sketch as segments store one (a struct named after its kind): Base64, as Druid writes a sketch in JSON
+        return _binary_text(pc.struct_field(array, [0]), False)
     if pa.types.is_nested(t):
         ready = _json_ready(array, binary_as_string).to_pylist(maps_as_pydicts="lossy")
         return pa.array([None if v is None else json.dumps(v, separators=(",", ":"), ensure_ascii=False,
