@@ -6,32 +6,67 @@ supervisor's metric `tags`, an extension's) is kept as given, since Druid passes
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Annotated, Any, Literal
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
 
 from sluice.spec.model import SpecModel
 from sluice.spec.tuning import defaults_only
 
+T = TypeVar("T")
+
 #: Druid's taskLockTimeout default: how long a task waits for a lock another task holds
 LOCK_TIMEOUT_MS = 300_000
 
 
-def _text_int(value: Any) -> Any:
-    """Druid reads a context number from a JSON number or its text (QueryContexts.getAsInt): "50" is 50."""
-    return int(value) if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value) else value
+def as_int(value: Any) -> int:
+    """A context number as Druid's QueryContexts.getAsInt reads it: a JSON number (its whole part) or the text of a
+    whole number ("50"); ValueError otherwise (a boolean is not a number)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+        return int(value)
+    raise ValueError(f"must be a number, got {value!r}")
 
 
-def _text_bool(value: Any) -> Any:
-    """Druid reads a context boolean from a JSON boolean or its text (QueryContexts.getAsBoolean)."""
-    return value.strip().lower() == "true" if isinstance(value, str) and value.strip().lower() in ("true", "false") \
-        else value
+def as_bool(value: Any) -> bool:
+    """A context boolean as Druid's QueryContexts.getAsBoolean reads it: a JSON boolean or its text ("true");
+    ValueError otherwise (1 is not true)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError(f"must be a boolean, got {value!r}")
+
+
+def context_value(context: Mapping[str, Any] | None, key: str, default: T, read: Callable[[Any], T]) -> T:
+    """`key` of a query or task context read by `read` (as_int, as_bool), `default` when absent or null; ValueError
+    with Druid's message naming the parameter otherwise."""
+    value = (context or {}).get(key)
+    if value is None:
+        return default
+    try:
+        return read(value)
+    except ValueError as e:
+        raise ValueError(f"Query context parameter [{key}] {e}") from None
+
+
+def _lenient(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """For a pydantic field: the value `read` makes of it, or the value unchanged for the field's own error."""
+    def parse(value: Any) -> Any:
+        try:
+            return read(value)
+        except ValueError:
+            return value
+    return parse
 
 
 #: a context number or boolean as Druid reads one: the JSON value or its text, nothing else (not `true` for 1)
-ContextInt = Annotated[StrictInt, BeforeValidator(_text_int)]
-ContextBool = Annotated[StrictBool, BeforeValidator(_text_bool)]
+ContextInt = Annotated[StrictInt, BeforeValidator(_lenient(as_int))]
+ContextBool = Annotated[StrictBool, BeforeValidator(_lenient(as_bool))]
 
 
 class TaskContext(SpecModel):

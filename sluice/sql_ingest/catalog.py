@@ -12,7 +12,10 @@ import pyarrow.parquet as pq
 from sluice.metadata.store import MetadataStore
 from sluice.segment.columns import parquet_column_types
 
-_AGGREGATOR_TYPES = {"count": "long"}
+#: the Druid type of a metric column, by its aggregator (first/last columns read as their values' type)
+_AGGREGATOR_TYPES = {"count": "long", "HLLSketchBuild": "COMPLEX<HLLSketch>", "HLLSketchMerge": "COMPLEX<HLLSketch>",
+                     "hyperUnique": "COMPLEX<HLLSketch>", "thetaSketch": "COMPLEX<thetaSketch>",
+                     "quantilesDoublesSketch": "COMPLEX<quantilesDoublesSketch>"}
 
 
 def data_source_columns(metadata: MetadataStore, data_source: str) -> dict[str, str] | None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from sluice.spec.context import as_bool, context_value
 from sluice.sql_ingest.expressions import to_druid_expression
 from sluice.sql_ingest.filters import (
     TIME,
@@ -69,7 +70,7 @@ def translate_statement(statement: IngestStatement, context: dict[str, Any], cat
                       "source columns")
     other_terms = [t for t in terms if not mentions_time(t)]
 
-    output = _select_list(select, source)
+    output = _select_list(select, source, _finalize_aggregations(context))
     if output.time is None and segment_granularity != "ALL":
         raise invalid("A query without a __time column must use PARTITIONED BY ALL: every row gets the timestamp "
                       "1970-01-01T00:00:00Z")
@@ -145,7 +146,7 @@ def _source(select: exp.Select, statement: IngestStatement, catalog: Catalog,
     return druid_source(table.name, catalog, interval_text(start, end))
 
 
-def _select_list(select: exp.Select, source: Source) -> _Output:
+def _select_list(select: exp.Select, source: Source, finalize: bool) -> _Output:
     output = _Output()
     grouped = select.args.get("group")
     items = _expand_star(select.expressions, source)
@@ -165,7 +166,7 @@ def _select_list(select: exp.Select, source: Source) -> _Output:
                 raise invalid("__time must be a GROUP BY key of an ingestion with GROUP BY")
             continue
         if grouped and index not in keys:
-            output.metrics.append(_metric(name, node, source, output))
+            output.metrics.append(_metric(name, node, source, output, finalize))
             continue
         if isinstance(node, exp.AggFunc):
             raise invalid(f"Aggregate [{node.sql(dialect='druid')}] needs GROUP BY in an ingestion query")
@@ -209,25 +210,61 @@ def _dimension(name: str, node: exp.Expression, source: Source, output: _Output)
     output.dimensions.append({"type": expression.type, "name": name})
 
 
-def _metric(name: str, node: exp.Expression, source: Source, output: _Output) -> dict[str, Any]:
+#: sketch functions at ingestion: the aggregator type, and its size argument after the input (name, default)
+_SKETCHES = {"DS_HLL": ("HLLSketchBuild", "lgK"), "APPROX_COUNT_DISTINCT_DS_HLL": ("HLLSketchBuild", "lgK"),
+             "APPROXDISTINCT": ("HLLSketchBuild", None), "DS_THETA": ("thetaSketch", "size"),
+             "APPROX_COUNT_DISTINCT_DS_THETA": ("thetaSketch", "size"), "DS_QUANTILES_SKETCH": ("quantilesDoublesSketch", "k")}
+#: aggregates whose finalized value (an estimate, the earliest value) is not what a segment can roll up further:
+#: Druid stores them combinable only under finalizeAggregations: false
+_FINALIZED = {"EARLIEST", "LATEST", "APPROX_COUNT_DISTINCT_DS_HLL", "APPROXDISTINCT", "APPROX_COUNT_DISTINCT_DS_THETA"}
+
+
+def _metric(name: str, node: exp.Expression, source: Source, output: _Output, finalize: bool) -> dict[str, Any]:
     if isinstance(node, exp.Count):
         if isinstance(node.this, exp.Star) and not node.args.get("distinct"):
             return {"type": "count", "name": name}
         raise invalid(f"[{node.sql(dialect='druid')}] is not supported at ingestion yet; use COUNT(*)")
-    function = type(node).__name__.upper()
-    if function not in ("SUM", "MIN", "MAX"):
+    function = (node.name if isinstance(node, exp.Anonymous) else type(node).__name__).upper()
+    if function not in ("SUM", "MIN", "MAX", "EARLIEST", "LATEST", *_SKETCHES):
         if isinstance(node, (exp.AggFunc, exp.Anonymous)):
             raise invalid(f"Aggregation [{node.sql(dialect='druid')}] is not supported at ingestion yet; use COUNT(*), "
-                          "SUM, MIN or MAX (AVG: SUM and COUNT at ingestion, the quotient at query time)")
+                          "SUM, MIN, MAX, EARLIEST, LATEST or a DataSketches function (AVG: SUM and COUNT at "
+                          "ingestion, the quotient at query time)")
         raise invalid(f"[{node.sql(dialect='druid')}] is neither a GROUP BY key nor an aggregate")
-    argument = node.this
+    if function in _FINALIZED and finalize:
+        raise invalid(f"[{node.sql(dialect='druid')}] is stored rolled up only with the context parameter "
+                      "finalizeAggregations: false, as Druid stores it; or use DS_HLL, DS_THETA or DS_QUANTILES_SKETCH")
+    arguments = [node.this] if not isinstance(node, exp.Anonymous) else node.expressions
+    argument = arguments[0]
     expression = to_druid_expression(argument, source.types.get)
-    if expression.type == "string":
-        raise invalid(f"Cannot apply '{function}' to a VARCHAR in [{node.sql(dialect='druid')}]")
     field_name = argument.name if isinstance(argument, exp.Column) else f"__{name}_input"
     if not isinstance(argument, exp.Column):
         output.transforms.append({"type": "expression", "name": field_name, "expression": expression.text})
-    return {"type": _METRIC_TYPES[(function, expression.type)], "name": name, "fieldName": field_name}
+    metric = {"name": name, "fieldName": field_name}
+    if function in _SKETCHES:
+        kind, size = _SKETCHES[function]
+        if str(source.types.get(field_name, "")).startswith("COMPLEX<"):  # a sketch column: merged, not hashed
+            kind, metric = {"HLLSketchBuild": ("HLLSketchMerge", metric),
+                            "thetaSketch": ("thetaSketch", {**metric, "isInputThetaSketch": True})}.get(kind, (kind, metric))
+        if size is not None and len(arguments) > 1:
+            metric[size] = _integer(arguments[1], node)
+        if function.endswith("_HLL") and len(arguments) > 2:
+            metric["tgtHllType"] = arguments[2].name
+        return {"type": kind, **metric}
+    if function in ("EARLIEST", "LATEST"):
+        first_last = f"{expression.type}{'First' if function == 'EARLIEST' else 'Last'}"
+        if expression.type == "string" and len(arguments) > 1:
+            metric["maxStringBytes"] = _integer(arguments[1], node)
+        return {"type": first_last, **metric}
+    if expression.type == "string":
+        raise invalid(f"Cannot apply '{function}' to a VARCHAR in [{node.sql(dialect='druid')}]")
+    return {"type": _METRIC_TYPES[(function, expression.type)], **metric}
+
+
+def _integer(value: exp.Expression, node: exp.Expression) -> int:
+    if not (isinstance(value, exp.Literal) and value.is_int):
+        raise invalid(f"[{node.sql(dialect='druid')}] needs an integer literal as its size argument")
+    return int(value.this)
 
 
 def _clustered_by(statement: IngestStatement, dimensions: list[str]) -> list[str]:
@@ -277,8 +314,15 @@ def _tuning(context: dict[str, Any], statement: IngestStatement, clustered: list
     return tuning
 
 
+def _finalize_aggregations(context: dict[str, Any]) -> bool:
+    try:
+        return context_value(context, "finalizeAggregations", True, as_bool)
+    except ValueError as e:
+        raise invalid(str(e)) from None
+
+
 def _context(context: dict[str, Any], statement: IngestStatement, intervals: list[str] | None) -> dict[str, Any]:
-    out = {**context, "finalizeAggregations": context.get("finalizeAggregations", True)}
+    out = {**context, "finalizeAggregations": _finalize_aggregations(context)}
     if statement.kind == "REPLACE":
         out["sqlReplaceTimeChunks"] = "all" if statement.overwrite_all else ",".join(intervals or [])
     return out

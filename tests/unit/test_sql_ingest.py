@@ -199,3 +199,45 @@ def test_context_keys():
 ])
 def test_bad_statements(sql, message):
     assert message in error(sql)
+
+
+def test_earliest_latest_and_sketches_at_ingestion_are_first_last_and_sketch_aggregators():
+    """Druid stores the combinable form of these (pairs, sketches) under finalizeAggregations: false."""
+    metrics = schema(
+        "INSERT INTO w SELECT TIME_FLOOR(TIME_PARSE(ts), 'PT1H') AS __time, page AS p, COUNT(*) AS cnt, "
+        "EARLIEST(added) AS first_added, LATEST(page, 64) AS last_page, DS_HLL(page, 14, 'HLL_8') AS pages, "
+        "APPROX_COUNT_DISTINCT_DS_HLL(page) AS pages2, APPROX_COUNT_DISTINCT(page) AS pages3, "
+        "DS_THETA(page, 1024) AS pages4, APPROX_COUNT_DISTINCT_DS_THETA(UPPER(page)) AS pages5, "
+        f"DS_QUANTILES_SKETCH(added * 2, 64) AS q FROM {EXTERN} GROUP BY 1, 2 PARTITIONED BY DAY",
+        context={"finalizeAggregations": False})["metricsSpec"]
+    assert metrics == [
+        {"type": "count", "name": "cnt"},
+        {"type": "longFirst", "name": "first_added", "fieldName": "added"},
+        {"type": "stringLast", "name": "last_page", "fieldName": "page", "maxStringBytes": 64},
+        {"type": "HLLSketchBuild", "name": "pages", "fieldName": "page", "lgK": 14, "tgtHllType": "HLL_8"},
+        {"type": "HLLSketchBuild", "name": "pages2", "fieldName": "page"},
+        {"type": "HLLSketchBuild", "name": "pages3", "fieldName": "page"},
+        {"type": "thetaSketch", "name": "pages4", "fieldName": "page", "size": 1024},
+        {"type": "thetaSketch", "name": "pages5", "fieldName": "__pages5_input"},
+        {"type": "quantilesDoublesSketch", "name": "q", "fieldName": "__q_input", "k": 64},
+    ]
+
+
+@pytest.mark.parametrize("aggregate", ["EARLIEST(added)", "LATEST(page)", "APPROX_COUNT_DISTINCT(page)",
+                                       "APPROX_COUNT_DISTINCT_DS_HLL(page)", "APPROX_COUNT_DISTINCT_DS_THETA(page)"])
+def test_finalized_aggregates_are_refused_unless_finalize_aggregations_is_false(aggregate):
+    message = error(f"INSERT INTO w SELECT TIME_PARSE(ts) AS __time, page, {aggregate} AS m FROM {EXTERN} "
+                    "GROUP BY 1, 2 PARTITIONED BY DAY")
+    assert "finalizeAggregations: false" in message
+    # sketch functions store the sketch whatever finalizeAggregations says
+    schema(f"INSERT INTO w SELECT TIME_PARSE(ts) AS __time, page, DS_HLL(page) AS m FROM {EXTERN} GROUP BY 1, 2 "
+           "PARTITIONED BY DAY")
+
+
+def test_finalize_aggregations_is_read_as_druid_reads_a_context_boolean():
+    sql = (f"INSERT INTO w SELECT TIME_PARSE(ts) AS __time, page, EARLIEST(added) AS m FROM {EXTERN} GROUP BY 1, 2 "
+           "PARTITIONED BY DAY")
+    assert spec(sql, {"finalizeAggregations": "false"})["context"]["finalizeAggregations"] is False
+    with pytest.raises(SqlError) as raised:
+        translate(sql, {"finalizeAggregations": 0})
+    assert raised.value.error_message == "Query context parameter [finalizeAggregations] must be a boolean, got 0"
