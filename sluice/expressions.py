@@ -355,6 +355,7 @@ _FUNCTIONS: dict[str, tuple[int, int, _Build]] = {
     "case_simple": (3, _ANY, _case_simple),
     "cast": (2, 2, _cast),
     "div": (2, 2, _druid_call("DIV")),
+    "lookup": (2, 3, _druid_call("LOOKUP")),
     "timestamp": (1, 2, _time_parse),
     "timestamp_parse": (1, 3, _time_parse),
     "timestamp_floor": (2, 4, _time_floor("TIME_FLOOR")),

@@ -98,6 +98,14 @@ class LookupReferences:
                 self._poll(name, loaded, now)
             return loaded.extractor
 
+    def map(self, name: str) -> Mapping[str, str | None]:
+        """The loaded lookup's map; KeyError when the tier has none of that name (what `lookup()` at ingestion
+        reads)."""
+        extractor = self.get(name)
+        if extractor is None:
+            raise KeyError(name)
+        return extractor.map
+
     def _configured(self) -> dict[str, dict[str, Any]]:
         now = self._clock()
         if self._read_at is None or now - self._read_at >= self._poll_s:

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from sluice.ids import DataSourceName
-from sluice.spec.expressions import CompiledExpression, compile_expression
+from sluice.spec.expressions import CompiledExpression, Lookups, compile_expression
 from sluice.spec.filters import DimFilter
 from sluice.spec.granularity import Granularity, parse_granularity
 from sluice.spec.model import SpecModel
@@ -284,8 +284,8 @@ class ExpressionTransform(SpecModel):
         compile_expression(value)
         return value
 
-    def compiled(self) -> CompiledExpression:
-        return compile_expression(self.expression)
+    def compiled(self, lookups: Lookups | None = None) -> CompiledExpression:
+        return compile_expression(self.expression, lookups)
 
 
 class TransformSpec(SpecModel):

@@ -9,7 +9,8 @@ ValueError naming it, raised when the spec is submitted.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import sqlglot
@@ -32,8 +33,15 @@ class CompiledExpression:
     columns: set[str] = field(default_factory=set)
 
 
-def compile_expression(text: str) -> CompiledExpression:
-    """Compile a Druid expression to Spark SQL; raises ValueError naming what is unsupported."""
+#: a lookup's map by its name (a KeyError names a lookup that does not exist)
+Lookups = Callable[[str], Mapping[str, str | None]]
+#: the lookups `lookup()` reads while an expression renders; none when a spec is only checked
+_LOOKUPS: ContextVar[Lookups | None] = ContextVar("lookups", default=None)
+
+
+def compile_expression(text: str, lookups: Lookups | None = None) -> CompiledExpression:
+    """Compile a Druid expression to Spark SQL; raises ValueError naming what is unsupported. A `lookup()` becomes
+    the lookup's map written into the SQL (an empty map without `lookups`: the spec is only being checked)."""
     columns: set[str] = set()
 
     def resolve(name: str) -> exp.Expr:
@@ -43,7 +51,11 @@ def compile_expression(text: str) -> CompiledExpression:
         return druid_function("TIMESTAMP_TO_MILLIS", column) if name == TIME else column
 
     value, condition = to_sql(text, resolve), to_condition(text, resolve)
-    return CompiledExpression(to_spark_sql(value), to_spark_sql(condition), columns)
+    token = _LOOKUPS.set(lookups)
+    try:
+        return CompiledExpression(to_spark_sql(value), to_spark_sql(condition), columns)
+    finally:
+        _LOOKUPS.reset(token)
 
 
 def to_spark_sql(tree: exp.Expr) -> str:
@@ -227,7 +239,26 @@ def _regexp_extract(args: list[exp.Expr]) -> exp.Expr:
     return exp.case().when(matches, _call("regexp_extract", text, pattern, group))
 
 
+def _lookup(args: list[exp.Expr]) -> exp.Expr:
+    """lookup(expr, 'name'[, 'replaceMissingValueWith']): the map's value of the key's text, else the replacement
+    (null by default), as Druid's lookup expression."""
+    name = _string(args[1], "lookup", "the lookup name") or ""
+    lookups = _LOOKUPS.get()
+    try:
+        entries = lookups(name) if lookups is not None else {}
+    except KeyError:
+        raise ExpressionError(f"lookup() reads lookup [{name}], which does not exist in the default tier") from None
+    pairs = [exp.Literal.string(part) if part is not None else exp.null()
+             for key, value in sorted(entries.items()) for part in (key, value)]
+    text_map = exp.cast(exp.VarMap(keys=exp.Array(expressions=pairs[0::2]), values=exp.Array(expressions=pairs[1::2])),
+                        exp.DataType.build("MAP<STRING, STRING>", dialect="spark"))
+    value = exp.Bracket(this=text_map, expressions=[exp.cast(_spark(args[0]), exp.DType.VARCHAR)])
+    replacement = _string(_arg(args, 2), "lookup", "the replacement")
+    return value if replacement is None else exp.Coalesce(this=value, expressions=[exp.Literal.string(replacement)])
+
+
 _DRUID_FUNCTIONS: dict[str, Callable[[list[exp.Expr]], exp.Expr]] = {
+    "LOOKUP": _lookup,
     "TIMESTAMP_TO_MILLIS": lambda a: _call("unix_millis", _spark(a[0])),
     "MILLIS_TO_TIMESTAMP": lambda a: _call("timestamp_millis", exp.cast(_spark(a[0]), exp.DType.BIGINT)),
     "DIV": lambda a: exp.IntDiv(this=_spark(a[0]), expression=_spark(a[1])),

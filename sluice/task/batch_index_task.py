@@ -33,9 +33,12 @@ import pyarrow.parquet as pq
 
 from sluice.connectors.coordination import ReadProgress
 from sluice.emitter import metrics
+from sluice.lookups.coordinator import read_lookups
+from sluice.lookups.references import LookupReferences
 from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
 from sluice.spec.batch import BATCH_PRIORITY, BatchTaskPayload, DynamicPartitionsSpec, IngestionMode, parse_batch_task
 from sluice.spec.errors import SpecError
+from sluice.spec.expressions import Lookups
 from sluice.spec.granularity import Granularity
 from sluice.spec.input_format import JsonInputFormat
 from sluice.task import actions
@@ -184,7 +187,7 @@ class BatchIndexTask:
             locked = (self._lock_up_front(intervals, granularity) if intervals and io.mode is not IngestionMode.APPEND
                       else {})
 
-        plan = _plan(self.spec.payload)
+        plan = _plan(self.spec.payload, LookupReferences(lambda: read_lookups(self.toolbox.metadata)).map)
         source = create_source(io.input_source, io.input_format, plan.fields, tuning.split_hint_spec,
                                druid=self._druid_source)
         spark = self.toolbox.spark
@@ -326,10 +329,10 @@ class BatchIndexTask:
                            num_rows=rows, size=path.stat().st_size, load_spec=load_spec)
 
 
-def _plan(payload: BatchTaskPayload) -> IngestPlan:
+def _plan(payload: BatchTaskPayload, lookups: Lookups | None = None) -> IngestPlan:
     io = payload.spec.io_config
     flatten = io.input_format.flatten_spec if isinstance(io.input_format, JsonInputFormat) else None
-    return compile_plan(payload.spec.data_schema, flatten)
+    return compile_plan(payload.spec.data_schema, flatten, lookups)
 
 
 def _chunks(intervals: list[Interval], granularity: Granularity) -> list[Interval]:

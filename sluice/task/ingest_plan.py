@@ -25,6 +25,7 @@ from sluice.spec.data_schema import (
     ThetaSketchAggregatorSpec,
     TimestampSpec,
 )
+from sluice.spec.expressions import Lookups
 from sluice.spec.expressions import quote_identifier as q
 from sluice.spec.expressions import string_literal
 from sluice.spec.input_format import FlattenSpec
@@ -301,9 +302,10 @@ class IngestPlan:
         return None if None in values else values  # type: ignore[return-value]
 
 
-def compile_plan(schema: DataSchema, flatten: FlattenSpec | None = None) -> IngestPlan:
-    """`flatten` is a JSON inputFormat's flattenSpec (other formats flatten in their reader)."""
-    transforms = {t.name: t.compiled() for t in schema.transform_spec.transforms}
+def compile_plan(schema: DataSchema, flatten: FlattenSpec | None = None, lookups: Lookups | None = None) -> IngestPlan:
+    """`flatten` is a JSON inputFormat's flattenSpec (other formats flatten in their reader); `lookups` are the maps
+    transforms read with `lookup()` (without them, the plan only says what the rows read, not what they hold)."""
+    transforms = {t.name: t.compiled(lookups) for t in schema.transform_spec.transforms}
     transform_inputs = set().union(*(t.columns for t in transforms.values())) if transforms else set()
     dimensions = schema.dimensions_spec.dimensions
     aggregators = [aggregator(m) for m in schema.metrics_spec]

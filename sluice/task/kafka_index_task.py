@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sluice.emitter import metrics
+from sluice.lookups.coordinator import read_lookups
+from sluice.lookups.references import LookupReferences
 from sluice.metadata.offsets import StreamOffsets
 from sluice.realtime import RealtimeView
 from sluice.spec.supervisor import IngestionSpec, KafkaIOConfig, parse_supervisor_spec
@@ -374,7 +376,8 @@ class KafkaIndexTask:
         from sluice.task.pipeline import IngestPipeline
 
         io = self.spec.ingestion.io_config
-        plan = compile_plan(self.spec.ingestion.data_schema, io.flatten_spec)
+        plan = compile_plan(self.spec.ingestion.data_schema, io.flatten_spec,
+                            LookupReferences(lambda: read_lookups(self.toolbox.metadata)).map)
         source = KafkaStreamSource(io.topic, io.consumer_properties, self.current_offsets(),
                                    lambda: self.toolbox.stream_factory(io), io.input_format, plan.fields,
                                    discovery_interval=self.toolbox.poll_interval)

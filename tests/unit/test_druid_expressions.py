@@ -26,6 +26,7 @@ CALLS = {
     "timestamp_floor": "timestamp_floor(__time, 'P1M', null, 'Europe/Paris')",
     "timestamp_ceil": "timestamp_ceil(__time, 'PT6H')", "timestamp_shift": "timestamp_shift(__time, 'P1D', n)",
     "timestamp_extract": "timestamp_extract(__time, 'DOW')", "timestamp_format": "timestamp_format(__time, 'yyyy')",
+    "lookup": "lookup(s, 'names', 'none')",
 }
 
 
@@ -38,3 +39,15 @@ def test_every_function_runs_on_both_engines(function: str) -> None:
     call = CALLS[function]
     assert to_sql(call, lambda name: exp.column(name, quoted=True)).sql(dialect="druid")
     assert compile_expression(call).sql
+
+
+def test_lookup_at_ingestion_writes_the_lookups_map_into_the_spark_sql() -> None:
+    maps = {"names": {"a": "Alpha", "b": None}}
+    assert compile_expression("lookup(s, 'names')", maps.__getitem__).sql == (
+        "CAST(MAP('a', 'Alpha', 'b', NULL) AS MAP<STRING, STRING>)[CAST(`s` AS STRING)]")
+    assert compile_expression("lookup(n, 'names', 'none')", maps.__getitem__).sql == (
+        "COALESCE(CAST(MAP('a', 'Alpha', 'b', NULL) AS MAP<STRING, STRING>)[CAST(`n` AS STRING)], 'none')")
+    with pytest.raises(ValueError, match=r"lookup \[other\], which does not exist"):
+        compile_expression("lookup(s, 'other')", maps.__getitem__)
+    with pytest.raises(ValueError, match="the lookup name as a string literal"):
+        compile_expression("lookup(s, s)", maps.__getitem__)
