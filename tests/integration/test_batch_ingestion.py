@@ -236,3 +236,26 @@ def test_parse_exceptions_are_reported_with_where_the_row_came_from(http):
     assert (stats["processed"], stats["unparseable"]) == (20, 2)
     [saved] = result["report"]["payload"]["unparseableEvents"]["buildSegments"]
     assert saved["input"].startswith("inline:2") and saved["errorType"] == "unparseable"
+
+
+def test_a_transform_maps_a_column_through_a_lookup(http):
+    """lookup() in a transformSpec reads the lookup the coordinator's API holds when the task starts, as Druid's
+    ingestion does: a missing key is null, or the replacement given."""
+    response = http.post("/druid/coordinator/v1/lookups/config/__default/channel_names", json={
+        "version": "v1", "lookupExtractorFactory": {"type": "map", "map": {"#c0": "zero", "#c1": "one"}}})
+    assert response.status_code == 202, response.text
+    events = rows(60)
+    payload = task("batch_lookup", {"type": "inline", "data": ndjson(events)}, {"type": "json"})
+    payload["spec"]["dataSchema"]["dimensionsSpec"]["dimensions"] = ["channel", "name", "named"]
+    payload["spec"]["dataSchema"]["transformSpec"] = {"transforms": [
+        {"type": "expression", "name": "name", "expression": "lookup(channel, 'channel_names')"},
+        {"type": "expression", "name": "named", "expression": "lookup(channel, 'channel_names', 'unnamed')"}]}
+    run(http, payload)
+    answer = sql(http, 'SELECT channel, name, named, SUM("count") AS n FROM batch_lookup GROUP BY 1, 2, 3 ORDER BY 1')
+    counts = Counter(e["channel"] for e in events)
+    assert answer == [{"channel": "#c0", "name": "zero", "named": "zero", "n": counts["#c0"]},
+                      {"channel": "#c1", "name": "one", "named": "one", "n": counts["#c1"]},
+                      {"channel": "#c2", "name": None, "named": "unnamed", "n": counts["#c2"]}]
+    payload["spec"]["dataSchema"]["transformSpec"]["transforms"][0]["expression"] = "lookup(channel, 'nope')"
+    failed = run(http, payload, expect="FAILED")
+    assert "lookup [nope], which does not exist" in failed["status"]["errorMsg"]
