@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from sluice.broker import system_tables as sys_tables
-from sluice.broker.engine import ClippedFile, QueryResult, SegmentFile, SegmentFileGone, SqlEngine, table_columns
+from sluice.broker.engine import ClippedFile, QueryResult, SegmentFile, SegmentFileGone, SqlEngine, complex_columns, \
+    table_columns
 from sluice.broker.errors import SqlError
 from sluice.broker.intervals import overlaps_any
 from sluice.broker.loaded import LoadedDataSources
@@ -161,11 +162,17 @@ class Broker:
     def _sql(self, query: str, parameters: Sequence[dict[str, Any]], context: Mapping[str, Any] | None,
              permissions: Permissions, fresh: bool) -> QueryResult:
         snapshot = self._snapshot(fresh)
-        translation = translate_query(query, set(snapshot.visible) | set(snapshot.realtime), context)
-        for source in sorted(translation.data_sources):
+        files: dict[str, list[SegmentFile]] = {}
+
+        def columns_of(source: str, intervals: list[Interval]) -> dict[str, str]:
+            """Chooses the files the query reads of a data source (once the caller's READ on it is checked, before
+            any is fetched); their schemas say its complex columns."""
             require(permissions, Resource.datasource(source), Action.READ)
-        files = {source: self._files(snapshot, source, translation.intervals[source])
-                 for source in translation.data_sources}
+            files[source] = self._files(snapshot, source, intervals)
+            return complex_columns(files[source])
+
+        translation = translate_query(query, set(snapshot.visible) | set(snapshot.realtime), context,
+                                      complex_columns=columns_of)
         for table in translation.system_tables:  # asked only under druid.sql.planner.authorizeSystemTablesDirectly
             if table.schema == sys_tables.SYS_SCHEMA:
                 require(permissions, Resource(table.name, ResourceType.SYSTEM_TABLE), Action.READ)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import sqlglot
 from sqlglot import exp
 
+from sluice.broker.complex_types import referenced_type
 from sluice.broker.errors import SqlError
 from sluice.broker.zones import Zone
 
@@ -60,6 +61,10 @@ class Call:
             shown = "nothing" if value is None else value.sql(dialect="druid")
             raise SqlError(f"{self.name} needs {what} as a numeric literal, got {shown}")
         return signed[1] * float(signed[0].name)
+
+    def complex_type(self, i: int) -> str | None:
+        """The complex type of the column argument i reads (a first/last pair, a sketch), or None."""
+        return referenced_type(self.args[i]) if i < len(self.args) else None
 
     def zone(self, i: int) -> Zone | None:
         """The time zone argument i, the session's zone when it is left out."""

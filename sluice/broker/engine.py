@@ -42,7 +42,8 @@ from sluice.broker.limits import DEFAULT_MAX_RESULT_BYTES
 from sluice.broker.functions import Zone
 from sluice.broker.lookups import relation
 from sluice.broker import python_functions, sketches
-from sluice.broker.sketches import complex_type, to_base64
+from sluice.broker.complex_types import arrow_complex_type, complex_type
+from sluice.broker.sketches import KINDS, to_base64
 from sluice.broker.sql import DUCKDB_SETTINGS, TIME_COLUMN, Translation, translate_query
 from sluice.broker.system_tables import SystemTable
 from sluice.lookups.references import LookupExtractor, LookupLoadError
@@ -136,7 +137,9 @@ class SqlEngine:
         """Run `sql` over `tables` (data source → segment files; one with no files does not exist yet)."""
         readable = {name: files for name, files in tables.items() if files}
         try:
-            return self.run(translate_query(sql, readable.keys(), context), readable, parameters)
+            query = translate_query(sql, readable.keys(), context,
+                                    complex_columns=lambda source, _: complex_columns(readable[source]))
+            return self.run(query, readable, parameters)
         except SegmentFileGone as e:
             raise SqlError.internal(str(e)) from e
 
@@ -149,7 +152,8 @@ class SqlEngine:
         database: duckdb.DuckDBPyConnection | None = None,
     ) -> QueryResult:
         """Run a translated query; `tables` holds the files of (at least) the data sources it reads, each non-empty.
-        With `database` (a loaded data source, see loaded.py) the query runs there instead of over the files.
+        With `database` (a loaded data source, see loaded.py, which has the Python functions registered) the query
+        runs there instead of over the files.
 
         Raises SqlError, or SegmentFileGone when a file is missing.
         """
@@ -158,7 +162,7 @@ class SqlEngine:
         query_id = query.context.query_id
         try:
             cursor = database.cursor() if database is not None else \
-                self._cursor({name: list(tables[name]) for name in query.data_sources})
+                self._cursor({name: list(tables[name]) for name in query.data_sources}, query.python_functions)
             with cursor, self._registered(query_id, cursor), _deadline(cursor, query.context.timeout_ms):
                 for table, rows in (system_tables or {}).items():
                     cursor.register(table.relation, rows)
@@ -254,19 +258,33 @@ class SqlEngine:
                 if not running:
                     del self._running[query_id]
 
-    def _cursor(self, data_sources: dict[str, list[SegmentFile]]) -> duckdb.DuckDBPyConnection:
-        """A cursor of the locked-down database for exactly these files, opened if none is kept."""
+    def _cursor(self, data_sources: dict[str, list[SegmentFile]], python_functions: bool) -> duckdb.DuckDBPyConnection:
+        """A cursor of the locked-down database for exactly these files, opened if none is kept, with the Python
+        functions registered if the query needs them."""
         key = tuple(sorted((name, tuple(files)) for name, files in data_sources.items()))
         with self._lock:
             database = self._databases.pop(key, None)
             if database is None:
-                database = duckdb.connect(":memory:", config=self._config)
-                lock_down(database, data_sources)
+                database = _Database(duckdb.connect(":memory:", config=self._config))
+                lock_down(database.connection, data_sources)
+            if python_functions and not database.python_functions:
+                register_python_functions(database.connection)
+                database.python_functions = True
             self._databases[key] = database
             while len(self._databases) > self._capacity:
                 # Dropped, not closed: queries running on its cursors keep the database alive until they end.
                 self._databases.popitem(last=False)
-            return database.cursor()
+            return database.connection.cursor()
+
+
+@dataclass
+class _Database:
+    """A locked-down database of one set of files. Registering the Python functions costs more than many queries,
+    and most databases never run a query that calls one (every persist of a streaming task makes a new set of
+    files), so they are registered once the first query that calls one comes."""
+
+    connection: duckdb.DuckDBPyConnection
+    python_functions: bool = False
 
 
 def _first_line(error: Exception) -> str:
@@ -290,11 +308,14 @@ def _deadline(cursor: duckdb.DuckDBPyConnection, timeout_ms: int) -> Iterator[No
 # ---------------------------------------------------------------------------------------------------------- views
 
 
-def lock_down(conn: duckdb.DuckDBPyConnection, data_sources: Mapping[str, Sequence[SegmentFile]]) -> None:
-    """Views for the data sources and the sketch functions, then no file access beyond their files and no
-    configuration changes."""
+def register_python_functions(conn: duckdb.DuckDBPyConnection) -> None:
+    """The functions translated queries call that run in Python (sketches…); a locked-down database takes them."""
     sketches.register(conn)
     python_functions.register(conn)
+
+
+def lock_down(conn: duckdb.DuckDBPyConnection, data_sources: Mapping[str, Sequence[SegmentFile]]) -> None:
+    """Views for the data sources, then no file access beyond their files and no configuration changes."""
     for name, value in DUCKDB_SETTINGS.items():
         conn.execute(f"SET GLOBAL {name} = ?", [value])
     conn.execute("SET parquet_metadata_cache = true")
@@ -372,6 +393,12 @@ def file_schema(path: str) -> pa.Schema:
 @lru_cache(maxsize=65536)
 def _schema(path: str, _mtime_ns: int, _size: int) -> pa.Schema:
     return pq.read_schema(path).remove_metadata()
+
+
+def complex_columns(files: Sequence[SegmentFile]) -> dict[str, str]:
+    """The complex type (a first/last pair, a sketch) of each complex column these files hold, by column name."""
+    return {name: kind for name, arrow_type in table_columns([_path(file) for file in files])
+            if (kind := arrow_complex_type(arrow_type)) is not None}
 
 
 def table_columns(files: Sequence[str]) -> list[tuple[str, pa.DataType]]:
@@ -458,8 +485,8 @@ def _is_json(duckdb_type: Any) -> bool:
 def _druid_type(duckdb_type: Any) -> tuple[str, str]:
     if duckdb_type.id == "list":
         return f"ARRAY<{_druid_type(duckdb_type.child)[0]}>", "ARRAY"
-    if (sketch := complex_type(duckdb_type)) is not None:
-        return sketch, "OTHER"
+    if (kind := complex_type(duckdb_type)) is not None:
+        return f"COMPLEX<{kind}>", "OTHER"
     return _OTHER if _is_json(duckdb_type) else _TYPES.get(duckdb_type.id, _OTHER)
 
 
@@ -499,7 +526,7 @@ def _converter(duckdb_type: Any, zone: Zone | None) -> Callable[[Any], Any] | No
     kind = duckdb_type.id
     if _is_json(duckdb_type):  # a nested value, which the result writers write as JSON, not as text
         return json.loads
-    if complex_type(duckdb_type) is not None:
+    if complex_type(duckdb_type) in KINDS:  # a first/last pair stays an object: Druid writes {"lhs", "rhs"}
         return to_base64
     if kind == "list":
         element = _converter(duckdb_type.child, zone)

@@ -19,11 +19,14 @@ from sqlglot.tokens import TokenType
 
 from sluice.broker.array_functions import ARRAY_FUNCTIONS, rewrite_array
 from sluice.broker.calls import Call, DruidFunction, template
+from sluice.broker.complex_types import is_pair, pair_part
 from sluice.broker.errors import SqlError
 from sluice.broker.json_functions import JSON_FUNCTIONS, rewrite_json
 from sluice.broker.python_functions import PYTHON_FUNCTIONS
 from sluice.broker.scalar_functions import SCALAR_FUNCTIONS, as_long, rewrite_scalar
-from sluice.broker.sketch_functions import SKETCH_FUNCTIONS, rewrite_sketch
+from sluice.broker.sketch_functions import SKETCH_FUNCTIONS, count_distinct_sketches, quantile_of_sketches, \
+    rewrite_sketch
+from sluice.broker.sketches import HLL, THETA
 from sluice.broker.zones import Session, Zone, from_local, to_local
 from sluice.periods import Period
 from sluice.timestamps import parse_interval
@@ -107,7 +110,9 @@ def _rewrite(node: exp.Expr, session: Session) -> exp.Expr:
     if isinstance(node, exp.Count) and session.approximate_count_distinct:
         distinct = node.this
         if isinstance(distinct, exp.Distinct) and len(distinct.expressions) == 1:
-            return exp.ApproxDistinct(this=distinct.expressions[0].copy())
+            return _APPROX_COUNT_DISTINCT.build(Call("COUNT", [distinct.expressions[0]], zone))
+    if isinstance(node, exp.ApproxDistinct):  # APPROX_COUNT_DISTINCT, which sqlglot knows
+        return _APPROX_COUNT_DISTINCT.build(Call("APPROX_COUNT_DISTINCT", [node.this], zone))
     if isinstance(node, exp.GroupConcat):
         return _string_agg(node)
     return rewrite_sketch(rewrite_json(rewrite_array(rewrite_scalar(node))))
@@ -350,14 +355,25 @@ def _time_in_interval(call: Call) -> exp.Expr:
 
 def _earliest_latest(by_time_argument: bool, latest: bool) -> Callable[[Call], exp.Expr]:
     """EARLIEST/LATEST(expr[, maxBytes]) and the _BY forms: the value of the row with the least/greatest time,
-    even when that value is null; the size argument is Druid's memory hint."""
+    even when that value is null; the size argument is Druid's memory hint. Over a column of first/last pairs, the
+    value of the pair with the least/greatest time of its own, as Druid's first/last aggregators fold pairs."""
 
     def rewrite(call: Call) -> exp.Expr:
-        time = call.args[1].copy() if by_time_argument else exp.column(TIME_COLUMN)
         name = "ARG_MAX_NULL" if latest else "ARG_MIN_NULL"
-        return exp.Anonymous(this=name, expressions=[call.args[0].copy(), time])
+        if is_pair(call.complex_type(0)):
+            value, time = pair_part(call.args[0], "rhs"), pair_part(call.args[0], "lhs")
+        else:
+            value = call.args[0].copy()
+            time = call.args[1].copy() if by_time_argument else exp.column(TIME_COLUMN)
+        return exp.Anonymous(this=name, expressions=[value, time])
 
     return rewrite
+
+
+def _any_value(call: Call) -> exp.Expr:
+    """ANY_VALUE(expr[, maxBytes]): over a column of first/last pairs, any pair's value."""
+    pair = is_pair(call.complex_type(0))
+    return exp.First(this=pair_part(call.args[0], "rhs") if pair else call.args[0].copy())
 
 
 def _array_agg(call: Call) -> exp.Expr:
@@ -386,13 +402,27 @@ def _bit_aggregate(name: str) -> Callable[[Call], exp.Expr]:
 
 
 def _approx_quantile(call: Call) -> exp.Expr:
-    """APPROX_QUANTILE(expr, p[, …]) and its sketch variants: a DOUBLE, as in Druid."""
+    """APPROX_QUANTILE(expr, p[, …]) and its sketch variants: a DOUBLE, as in Druid. APPROX_QUANTILE_DS over a column
+    of quantiles sketches merges them."""
+    if call.name == "APPROX_QUANTILE_DS" and call.complex_type(0) is not None:
+        return quantile_of_sketches(call)
     quantile = exp.Anonymous(this="APPROX_QUANTILE", expressions=[call.args[0].copy(), call.args[1].copy()])
     return exp.cast(quantile, exp.DType.DOUBLE)
 
 
-def _approx_count_distinct(call: Call) -> exp.Expr:
-    return exp.ApproxDistinct(this=call.args[0].copy())
+def _approx_count_distinct(readable: tuple[str, ...]) -> Callable[[Call], exp.Expr]:
+    """APPROX_COUNT_DISTINCT[_…](expr…): DuckDB's HyperLogLog over plain values; over a column of sketches (the
+    kinds in `readable`), the sketches merged."""
+
+    def rewrite(call: Call) -> exp.Expr:
+        if call.complex_type(0) is None:
+            return exp.ApproxDistinct(this=call.args[0].copy())
+        return count_distinct_sketches(call, readable)
+
+    return rewrite
+
+
+_APPROX_COUNT_DISTINCT = DruidFunction(1, 1, _approx_count_distinct((HLL, THETA)))
 
 
 _DRUID_FUNCTIONS: dict[str, DruidFunction] = {
@@ -413,15 +443,15 @@ _DRUID_FUNCTIONS: dict[str, DruidFunction] = {
     "LATEST": DruidFunction(1, 2, _earliest_latest(by_time_argument=False, latest=True)),
     "EARLIEST_BY": DruidFunction(2, 3, _earliest_latest(by_time_argument=True, latest=False)),
     "LATEST_BY": DruidFunction(2, 3, _earliest_latest(by_time_argument=True, latest=True)),
-    "ANY_VALUE": DruidFunction(1, 2, lambda call: exp.First(this=call.args[0].copy())),
+    "ANY_VALUE": DruidFunction(1, 2, _any_value),
     "ARRAY_AGG": DruidFunction(1, 2, _array_agg),
     "LISTAGG": DruidFunction(1, 3, _listagg),
     "BIT_AND": DruidFunction(1, 1, _bit_aggregate("BIT_AND")),
     "BIT_OR": DruidFunction(1, 1, _bit_aggregate("BIT_OR")),
     "BIT_XOR": DruidFunction(1, 1, _bit_aggregate("BIT_XOR")),
-    "APPROX_COUNT_DISTINCT_BUILTIN": DruidFunction(1, 1, _approx_count_distinct),
-    "APPROX_COUNT_DISTINCT_DS_HLL": DruidFunction(1, 3, _approx_count_distinct),
-    "APPROX_COUNT_DISTINCT_DS_THETA": DruidFunction(1, 2, _approx_count_distinct),
+    "APPROX_COUNT_DISTINCT_BUILTIN": _APPROX_COUNT_DISTINCT,
+    "APPROX_COUNT_DISTINCT_DS_HLL": DruidFunction(1, 3, _approx_count_distinct((HLL,))),
+    "APPROX_COUNT_DISTINCT_DS_THETA": DruidFunction(1, 2, _approx_count_distinct((THETA,))),
     "APPROX_QUANTILE": DruidFunction(2, 3, _approx_quantile),
     "APPROX_QUANTILE_DS": DruidFunction(2, 3, _approx_quantile),
     "APPROX_QUANTILE_FIXED_BUCKETS": DruidFunction(5, 6, _approx_quantile),

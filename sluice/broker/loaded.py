@@ -26,7 +26,7 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
-from sluice.broker.engine import SegmentFile, lock_down
+from sluice.broker.engine import SegmentFile, lock_down, register_python_functions
 from sluice.broker.sql import TIME_COLUMN
 
 log = logging.getLogger(__name__)
@@ -142,6 +142,7 @@ class LoadedDataSources:
         database = duckdb.connect(":memory:", config=self._config)
         database.execute(f"ATTACH ':memory:' AS {_STORE} (COMPRESS)")
         staging = "__files"
+        register_python_functions(database)  # kept long and queried often: registered up front
         lock_down(database, {staging: list(key)})  # it reads only these files, and builds its table from them
         rows = database.execute(f"SELECT COUNT(*) FROM {staging}").fetchone()[0]
         if rows > self._max_rows:

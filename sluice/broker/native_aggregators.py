@@ -8,6 +8,8 @@ from functools import reduce
 from sqlglot import exp
 
 from sluice.broker import native_query as q
+from sluice.broker import native_sketches as sk
+from sluice.broker.complex_types import is_pair
 from sluice.broker.native_filters import (
     SQL_TYPES,
     Columns,
@@ -17,7 +19,8 @@ from sluice.broker.native_filters import (
     filter_condition,
 )
 from sluice.broker.scalar_functions import as_long
-from sluice.expressions import ExpressionError, to_sql
+from sluice.broker.sketches import HISTOGRAM_BINS, HLL, QUANTILES, QUANTILES_COUNT, THETA
+from sluice.expressions import ExpressionError, druid_function, to_sql
 from sluice.spec.errors import SpecError
 
 # ---------------------------------------------------------------------------------------------------- aggregators
@@ -30,8 +33,9 @@ _MAX_STRING_BYTES = 1024  # stringFirst / stringLast keep this much of a value u
 
 
 def aggregate(spec: q.Aggregator, columns: Columns, condition: exp.Expr | None) -> exp.Expr:
-    """One aggregator over the rows that pass `condition`. Over no rows, count and cardinality give 0 and the others
-    null, as Druid's SQL-compatible mode fills empty buckets."""
+    """One aggregator over the rows that pass `condition`, as post-aggregators' fieldAccess reads it: a sketch
+    aggregator's sketch (`finalize` makes its answer). Over no rows, count and cardinality give 0, sketches are
+    empty and the others null, as Druid's SQL-compatible mode fills empty buckets."""
     if isinstance(spec, q.FilteredAggregator):
         return aggregate(spec.aggregator, columns, all_of(condition, filter_condition(spec.filter, columns)))
     function, finish = _aggregate_function(spec, columns)
@@ -61,8 +65,11 @@ def _aggregate_function(spec: q.Aggregator, columns: Columns) -> tuple[exp.Expr,
     if isinstance(spec, q.FirstLastAggregator):
         string = spec.type.startswith("string")
         source = columns.sql(spec.field_name, null_type="VARCHAR" if string else "DOUBLE")
-        if spec.type == "stringAny":
-            function: exp.Expr = exp.AnyValue(this=source)
+        if is_pair(_complex_type(columns, spec.field_name)):  # the pairs' own times decide, whatever timeColumn
+            name = "ANY_VALUE" if spec.type == "stringAny" else "EARLIEST" if spec.type.endswith("First") else "LATEST"
+            function: exp.Expr = druid_function(name, source)
+        elif spec.type == "stringAny":
+            function = exp.AnyValue(this=source)
         else:
             by = exp.ArgMin if spec.type.endswith("First") else exp.ArgMax
             function = by(this=source, expression=columns.sql(spec.time_column, null_type="TIMESTAMP"))
@@ -70,10 +77,57 @@ def _aggregate_function(spec: q.Aggregator, columns: Columns) -> tuple[exp.Expr,
             return function, unchanged
         length = exp.Literal.number(spec.max_string_bytes or _MAX_STRING_BYTES)
         return function, lambda value: exp.Substring(this=value, start=exp.Literal.number(1), length=length)
+    if (sketch := _sketch(spec, columns)) is not None:
+        return sketch[1], unchanged
     if isinstance(spec, q.CardinalityAggregator | q.HyperUniqueAggregator):
         estimate = exp.DType.BIGINT if spec.round else exp.DType.DOUBLE
         return exp.ApproxDistinct(this=_distinct_input(spec, columns)), lambda value: exp.cast(value, estimate)
     raise SpecError("aggregations", f"unsupported aggregator {spec!r}")
+
+
+def _complex_type(columns: Columns, name: str) -> str | None:
+    """The complex type of a data source column (a first/last pair, a sketch), which its SQL type COMPLEX<…> names."""
+    sql_type = columns.sql_type(name) or ""
+    return sql_type[len("COMPLEX<"):-1] if sql_type.startswith("COMPLEX<") else None
+
+
+def _sketch(spec: q.Aggregator, columns: Columns) -> tuple[str, exp.Expr] | None:
+    """The kind of sketch an aggregator makes (its intermediate value) and the Druid SQL aggregate that makes it, or
+    None for an aggregator of plain values. A sketch aggregate builds from values and merges a column of sketches
+    alike; hyperUnique and a cardinality of one column merge a column of HLL sketches (ingestion stores hyperUnique
+    as one)."""
+    match spec:
+        case q.HllSketchAggregator(field_name=name, lg_k=lg_k, tgt_hll_type=target):
+            parameters = exp.Literal.number(lg_k), exp.Literal.string(target)
+            return HLL, druid_function("DS_HLL", columns.sql(name), *parameters)
+        case q.ThetaSketchAggregator(field_name=name, size=size):
+            return THETA, druid_function("DS_THETA", columns.sql(name), exp.Literal.number(size))
+        case q.QuantilesDoublesSketchAggregator(field_name=name, k=k):
+            values = columns.sql(name, null_type="DOUBLE")
+            return QUANTILES, druid_function("DS_QUANTILES_SKETCH", values, exp.Literal.number(k))
+        case q.HyperUniqueAggregator(field_name=name) | q.CardinalityAggregator(fields=[q.DefaultDimensionSpec(
+                dimension=name)]) if _complex_type(columns, name) == HLL:
+            return HLL, druid_function("DS_HLL", columns.sql(name))
+    return None
+
+
+def finalize(spec: q.Aggregator, value: exp.Expr, columns: Columns) -> exp.Expr:
+    """An aggregator's answer from its intermediate `value`: a sketch's estimate (rounded to a LONG with `round`),
+    a quantiles sketch's count of values, unless `shouldFinalize` is false; any other value as it is."""
+    inner = spec
+    while isinstance(inner, q.FilteredAggregator):
+        inner = inner.aggregator
+    sketch = _sketch(inner, columns)
+    if sketch is None or not getattr(inner, "should_finalize", True):
+        return value
+    kind = sketch[0]
+    if kind == THETA:
+        return druid_function("THETA_SKETCH_ESTIMATE", value)
+    if kind == QUANTILES:
+        return druid_function(QUANTILES_COUNT, value)
+    if getattr(inner, "round", False):
+        return exp.cast(druid_function("HLL_SKETCH_ESTIMATE", value, exp.true()), exp.DType.BIGINT)
+    return druid_function("HLL_SKETCH_ESTIMATE", value)
 
 
 def _distinct_input(spec: q.CardinalityAggregator | q.HyperUniqueAggregator, columns: Columns) -> exp.Expr:
@@ -96,26 +150,32 @@ def _distinct_input(spec: q.CardinalityAggregator | q.HyperUniqueAggregator, col
 # ----------------------------------------------------------------------------------------------- post-aggregators
 
 
-def post_aggregate(spec: q.PostAggregator, refs: Mapping[str, exp.Expr], path: str) -> exp.Expr:
-    """A post-aggregator over `refs` (aggregator and earlier post-aggregator names → their values). Arithmetic is in
-    doubles, and `/` gives 0 when dividing by 0 (`quotient` does not), as in Druid."""
+def post_aggregate(spec: q.PostAggregator, refs: Mapping[str, exp.Expr], finalized: Mapping[str, exp.Expr],
+                   path: str) -> exp.Expr:
+    """A post-aggregator over `refs` (aggregator and earlier post-aggregator names → their values; an aggregator's
+    sketch, whose answer `finalized` holds). Arithmetic is in doubles, and `/` gives 0 when dividing by 0
+    (`quotient` does not), as in Druid."""
 
-    def ref(name: str) -> exp.Expr:
-        if name not in refs:
+    def ref(name: str, values: Mapping[str, exp.Expr] = refs) -> exp.Expr:
+        if name not in values:
             raise SpecError(path, f"'{name}' is neither an aggregator nor an earlier post-aggregator")
-        return refs[name].copy()
+        return values[name].copy()
+
+    def fields(operands: Sequence[q.PostAggregator]) -> list[exp.Expr]:
+        return [post_aggregate(f, refs, finalized, f"{path}.fields[{i}]") for i, f in enumerate(operands)]
 
     match spec:
-        case q.FieldAccessPostAggregator(field_name=name):
+        case q.FieldAccessPostAggregator(type="fieldAccess", field_name=name):
             return ref(name)
+        case q.FieldAccessPostAggregator(field_name=name):  # finalizingFieldAccess, hyperUniqueCardinality
+            return ref(name, finalized)
         case q.ConstantPostAggregator(value=value):
             return exp.Literal.number(value)
-        case q.ArithmeticPostAggregator(fn=fn, fields=fields):
-            operands = [_double(post_aggregate(f, refs, f"{path}.fields[{i}]")) for i, f in enumerate(fields)]
-            return exp.paren(reduce(lambda a, b: _arithmetic(fn, a, b), operands))
-        case q.GreatestLeastPostAggregator(type=kind, fields=fields):
-            operands = [post_aggregate(f, refs, f"{path}.fields[{i}]") for i, f in enumerate(fields)]
-            cast = [_double(o) if kind.startswith("double") else exp.cast(o, exp.DType.BIGINT) for o in operands]
+        case q.ArithmeticPostAggregator(fn=fn, fields=operands):
+            return exp.paren(reduce(lambda a, b: _arithmetic(fn, a, b), [_double(f) for f in fields(operands)]))
+        case q.GreatestLeastPostAggregator(type=kind, fields=operands):
+            cast = [_double(o) if kind.startswith("double") else exp.cast(o, exp.DType.BIGINT)
+                    for o in fields(operands)]
             node = exp.Greatest if kind.endswith("Greatest") else exp.Least
             return node(this=cast[0], expressions=cast[1:])
         case q.ExpressionPostAggregator(expression=expression, output_type=output_type):
@@ -124,7 +184,55 @@ def post_aggregate(spec: q.PostAggregator, refs: Mapping[str, exp.Expr], path: s
             except ExpressionError as e:
                 raise SpecError(f"{path}.expression", str(e)) from None
             return cast_to(value, output_type.upper()) if output_type and output_type.upper() in SQL_TYPES else value
+        case sk.HllSketchUnionPostAggregator(fields=operands, lg_k=lg_k, tgt_hll_type=target):
+            return druid_function("HLL_SKETCH_UNION", exp.Literal.number(lg_k), exp.Literal.string(target),
+                                  *fields(operands))
+        case sk.ThetaSketchSetOpPostAggregator(func=func, fields=operands, size=size):
+            return druid_function(f"THETA_SKETCH_{func}", exp.Literal.number(size), *fields(operands))
+        case sk.SketchPostAggregator(field=field):
+            return _of_sketch(spec, post_aggregate(field, refs, finalized, f"{path}.field"))
     raise SpecError(path, f"unsupported post-aggregator {spec!r}")
+
+
+def _of_sketch(spec: q.PostAggregator, sketch: exp.Expr) -> exp.Expr:
+    """A post-aggregator of one sketch, as the Druid SQL function of the same meaning."""
+    match spec:
+        case sk.HllSketchEstimatePostAggregator(round=True):
+            return exp.cast(druid_function("HLL_SKETCH_ESTIMATE", sketch, exp.true()), exp.DType.BIGINT)
+        case sk.HllSketchEstimatePostAggregator():
+            return druid_function("HLL_SKETCH_ESTIMATE", sketch)
+        case sk.HllSketchEstimateWithBoundsPostAggregator(num_std_dev=std_devs):
+            return druid_function("HLL_SKETCH_ESTIMATE_WITH_ERROR_BOUNDS", sketch, exp.Literal.number(std_devs))
+        case sk.SketchSummaryPostAggregator(type=kind):
+            return druid_function("HLL_SKETCH_TO_STRING" if kind == "HLLSketchToString" else "DS_QUANTILE_SUMMARY",
+                                  sketch)
+        case sk.ThetaSketchEstimatePostAggregator(error_bounds_std_dev=None):
+            return druid_function("THETA_SKETCH_ESTIMATE", sketch)
+        case sk.ThetaSketchEstimatePostAggregator(error_bounds_std_dev=std_devs):
+            return druid_function("THETA_SKETCH_ESTIMATE_WITH_ERROR_BOUNDS", sketch, exp.Literal.number(std_devs))
+        case sk.QuantilePostAggregator(fraction=fraction):
+            return druid_function("DS_GET_QUANTILE", sketch, exp.Literal.number(fraction))
+        case sk.QuantilesPostAggregator(fractions=fractions):
+            return _doubles(druid_function("DS_GET_QUANTILES", sketch, *_numbers(fractions)))
+        case sk.RankPostAggregator(value=value):
+            return druid_function("DS_RANK", sketch, exp.Literal.number(value))
+        case sk.CdfPostAggregator(split_points=points):
+            return _doubles(druid_function("DS_CDF", sketch, *_numbers(points)))
+        case sk.HistogramPostAggregator(split_points=None, num_bins=bins):
+            return _doubles(druid_function(HISTOGRAM_BINS, sketch, exp.Literal.number(bins or 10)))
+        case sk.HistogramPostAggregator(split_points=points):
+            return _doubles(druid_function("DS_HISTOGRAM", sketch, *_numbers(points)))
+    raise SpecError("postAggregations", f"unsupported post-aggregator {spec!r}")
+
+
+def _numbers(values: Sequence[float]) -> list[exp.Expr]:
+    return [exp.Literal.number(value) for value in values]
+
+
+def _doubles(text: exp.Expr) -> exp.Expr:
+    """The array of doubles a Druid SQL quantiles function writes as text, read back: a native post-aggregator gives
+    the array itself."""
+    return exp.cast(text, exp.DataType.build("DOUBLE[]", dialect="duckdb"))
 
 
 def _double(value: exp.Expr) -> exp.Expr:
@@ -143,16 +251,19 @@ def _arithmetic(fn: str, left: exp.Expr, right: exp.Expr) -> exp.Expr:
     return {"+": exp.Add, "-": exp.Sub, "*": exp.Mul}[fn](this=left, expression=right)
 
 
-def with_post_aggregations(names: Sequence[str], posts: Sequence[q.PostAggregator]) -> list[tuple[str, exp.Expr]]:
-    """Output name → SQL value of each aggregator (a column of the aggregated rows) and each post-aggregator."""
-    refs: dict[str, exp.Expr] = {name: exp.column(name, quoted=True) for name in names}
-    outputs = [(name, refs[name]) for name in names]
+def with_post_aggregations(aggregators: Sequence[q.Aggregator], posts: Sequence[q.PostAggregator],
+                           columns: Columns) -> list[tuple[str, exp.Expr]]:
+    """Output name → SQL value of each aggregator (its answer, from a column of the aggregated rows) and each
+    post-aggregator."""
+    refs: dict[str, exp.Expr] = {a.output_name: exp.column(a.output_name, quoted=True) for a in aggregators}
+    finalized = {a.output_name: finalize(a, refs[a.output_name], columns) for a in aggregators}
+    outputs = list(finalized.items())
     for i, post in enumerate(posts):
         path = f"postAggregations[{i}]"
         if not post.name:
             raise SpecError(f"{path}.name", "a post-aggregator of the query needs a name")
-        value = post_aggregate(post, refs, path)
-        refs[post.name] = exp.paren(value)
+        value = post_aggregate(post, refs, finalized, path)
+        refs[post.name] = finalized[post.name] = exp.paren(value)
         outputs.append((post.name, value))
     return outputs
 

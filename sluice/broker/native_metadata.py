@@ -81,15 +81,19 @@ def segment_metadata_sql(chunks: Sequence[Chunk], source: DataSourceView) -> str
     case = exp.case()
     for i, chunk in enumerate(chunks):
         case = case.when(intervals_condition([chunk.interval]) or exp.true(), exp.Literal.number(i))
-    columns = Columns(source.columns)
+    columns, sql_types = Columns(source.columns), dict(source.schema)
     outputs: list[exp.Expr] = [exp.alias_(case, CHUNK, quoted=True),
                                exp.alias_(exp.Count(this=exp.Star()), HIDDEN + "rows", quoted=True)]
     for i, name in enumerate(_analysed(chunks)):
         value = columns.sql(name)
+        # Druid counts the distinct values of strings only; those of a complex column (sketches…) are not counted
+        complex_column = sql_types.get(name, "").startswith("COMPLEX<")
+        distinct = exp.cast(exp.null(), exp.DType.BIGINT) if complex_column else exp.Count(
+            this=exp.Distinct(expressions=[value.copy()]))
         outputs += [
             exp.alias_(exp.Min(this=value.copy()), f"{HIDDEN}{i}_min", quoted=True),
             exp.alias_(exp.Max(this=value.copy()), f"{HIDDEN}{i}_max", quoted=True),
-            exp.alias_(exp.Count(this=exp.Distinct(expressions=[value.copy()])), f"{HIDDEN}{i}_distinct", quoted=True),
+            exp.alias_(distinct, f"{HIDDEN}{i}_distinct", quoted=True),
             exp.alias_(exp.Count(this=value.copy()), f"{HIDDEN}{i}_count", quoted=True),
         ]
     where = intervals_condition([c.interval for c in chunks])
@@ -139,8 +143,10 @@ def _column_analysis(query: q.SegmentMetadataQuery, name: str, row: dict[str, An
         cardinality = row[prefix + "distinct"] + has_nulls if string and "cardinality" in query.analysis_types else None
         minmax = string and "minmax" in query.analysis_types
         low, high = (row[prefix + "min"], row[prefix + "max"]) if minmax else (None, None)
-    return {"typeSignature": kind, "type": kind, "hasMultipleValues": False, "hasNulls": has_nulls, "size": 0,
-            "cardinality": cardinality, "minValue": low, "maxValue": high, "errorMessage": None}
+    # a complex column (a first/last pair, a sketch) is typed COMPLEX<HLLSketch>, its type named HLLSketch
+    name_of_type = kind.removeprefix("COMPLEX<").removesuffix(">") if kind.startswith("COMPLEX<") else kind
+    return {"typeSignature": kind, "type": name_of_type, "hasMultipleValues": False, "hasNulls": has_nulls,
+            "size": 0, "cardinality": cardinality, "minValue": low, "maxValue": high, "errorMessage": None}
 
 
 def _analysis(query: q.SegmentMetadataQuery, analysis_id: str, intervals: list[EpochInterval],

@@ -12,10 +12,11 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BeforeValidator, Discriminator, Field, PlainValidator, Tag, model_validator
 
+from sluice.broker import native_sketches as sk
 from sluice.broker.native_time import QueryGranularity
 from sluice.lookups.specs import MapLookupExtractorFactory
 from sluice.timestamps import MAX_INSTANT, MIN_INSTANT, EpochInterval, parse_instant, parse_interval
-from sluice.spec.model import SpecModel
+from sluice.spec.model import SpecModel, power_of_two
 
 ETERNITY = EpochInterval(MIN_INSTANT, MAX_INSTANT)
 
@@ -376,6 +377,36 @@ class HyperUniqueAggregator(_NamedAggregator):
     round: bool = False
 
 
+class HllSketchAggregator(_NamedAggregator):
+    """A DataSketches HLL sketch of a column: at query time both types merge a column of sketches and build one from
+    a column of values, as Druid's do."""
+
+    type: Literal["HLLSketchBuild", "HLLSketchMerge"]
+    field_name: str
+    lg_k: int = Field(default=12, ge=4, le=21)
+    tgt_hll_type: sk.HllType = "HLL_4"
+    round: bool = False
+    should_finalize: bool = True
+
+
+class ThetaSketchAggregator(_NamedAggregator):
+    type: Literal["thetaSketch"]
+    field_name: str
+    #: only tells ingestion that its input holds sketches; a query merges a column of sketches anyway
+    is_input_theta_sketch: bool = False
+    size: Annotated[int, power_of_two(16, 1 << 26)] = 16384
+    should_finalize: bool = True
+
+
+class QuantilesDoublesSketchAggregator(_NamedAggregator):
+    type: Literal["quantilesDoublesSketch"]
+    field_name: str
+    k: Annotated[int, power_of_two(2, 32768)] = 128
+    #: the workaround of a bug of Druid's sketches (the most values one may hold), which Python's do not have
+    max_stream_length: int | None = None
+    should_finalize: bool = True
+
+
 class FilteredAggregator(SpecModel):
     type: Literal["filtered"]
     filter: DimFilter
@@ -390,7 +421,7 @@ class FilteredAggregator(SpecModel):
 Aggregator = Annotated[
     Union[
         CountAggregator, NumericAggregator, FirstLastAggregator, CardinalityAggregator, HyperUniqueAggregator,
-        FilteredAggregator,
+        HllSketchAggregator, ThetaSketchAggregator, QuantilesDoublesSketchAggregator, FilteredAggregator,
     ],
     Field(discriminator="type"),
 ]
@@ -437,12 +468,12 @@ class ExpressionPostAggregator(SpecModel):
 PostAggregator = Annotated[
     Union[
         ArithmeticPostAggregator, FieldAccessPostAggregator, ConstantPostAggregator, GreatestLeastPostAggregator,
-        ExpressionPostAggregator,
+        ExpressionPostAggregator, *sk.SKETCH_POST_AGGREGATORS,
     ],
     Field(discriminator="type"),
 ]
-ArithmeticPostAggregator.model_rebuild()
-GreatestLeastPostAggregator.model_rebuild()
+for _composite in (ArithmeticPostAggregator, GreatestLeastPostAggregator, *sk.SKETCH_POST_AGGREGATORS):
+    _composite.model_rebuild()  # their fields are post-aggregators, resolved here
 
 
 # --------------------------------------------------------------------------------------------- limits and having

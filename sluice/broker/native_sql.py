@@ -184,7 +184,7 @@ def _timeseries(query: q.TimeseriesQuery, source: DataSourceView) -> exp.Expr:
         parts.append(part(TOTAL_KIND, no_bucket, where, grouped=False))
     union = reduce(lambda a, b: exp.union(a, b, distinct=False), parts)
     outputs = _passthrough([KIND, BUCKET, FIRST, ROWS]) + with_post_aggregations(
-        [name for name, _ in aggregations], query.post_aggregations)
+        query.aggregations, query.post_aggregations, columns)
     return _select(outputs, union.subquery(HIDDEN + "aggregated"))
 
 
@@ -221,7 +221,7 @@ def _topn(query: q.TopNQuery, source: DataSourceView) -> exp.Expr:
     grouped = _select(head + aggregations, _source(source), all_of(intervals_condition(query.intervals), condition),
                       [g for g in (key, value) if g is not None])
     window = exp.Window(this=exp.Min(this=_column(FIRST)), partition_by=[_column(BUCKET)])
-    outputs = with_post_aggregations([n for n, _ in aggregations], query.post_aggregations)
+    outputs = with_post_aggregations(query.aggregations, query.post_aggregations, columns)
     computed = _select([(BUCKET, _column(BUCKET)), (FIRST, window), (name, _column(name)), *outputs],
                        grouped.subquery(HIDDEN + "grouped"))
     order, skip = _topn_order(query.metric, name, [n for n, _ in outputs])
@@ -237,7 +237,7 @@ def _group_by(query: q.GroupByQuery, source: DataSourceView) -> exp.Expr:
     columns, condition = _query_parts(query, source)
     aggregations = _aggregations(query, columns, None)
     dimensions = [(d.name, dimension_value(d, columns)) for d in query.dimensions]
-    outputs = with_post_aggregations([n for n, _ in aggregations], query.post_aggregations)
+    outputs = with_post_aggregations(query.aggregations, query.post_aggregations, columns)
     _check_unique([n for n, _ in dimensions] + [n for n, _ in outputs], "dimensions")
     key = _bucket(query.granularity)
     keys = [g for g in (key, *(v for _, v in dimensions)) if g is not None]

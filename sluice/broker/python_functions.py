@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import struct
+from collections.abc import Callable
 
 import duckdb
 from sqlglot import exp
@@ -31,11 +32,19 @@ def _ipv6_match(address: str, subnet: str) -> bool:
         return False
 
 
+_FUNCTIONS: list[tuple[str, Callable[..., object], list[str], str]] = [
+    ("BITWISE_CONVERT_DOUBLE_TO_LONG_BITS", _double_to_long_bits, ["DOUBLE"], "BIGINT"),
+    ("BITWISE_CONVERT_LONG_BITS_TO_DOUBLE", _long_bits_to_double, ["BIGINT"], "DOUBLE"),
+    ("IPV6_MATCH", _ipv6_match, ["VARCHAR", "VARCHAR"], "BOOLEAN"),
+]
+#: the names of the functions, which a query needs registered on its connection (see `register`)
+FUNCTIONS = frozenset(name for name, *_ in _FUNCTIONS)
+
+
 def register(conn: duckdb.DuckDBPyConnection) -> None:
     """The functions on a connection, under the Druid names the translated calls keep."""
-    conn.create_function("BITWISE_CONVERT_DOUBLE_TO_LONG_BITS", _double_to_long_bits, ["DOUBLE"], "BIGINT")
-    conn.create_function("BITWISE_CONVERT_LONG_BITS_TO_DOUBLE", _long_bits_to_double, ["BIGINT"], "DOUBLE")
-    conn.create_function("IPV6_MATCH", _ipv6_match, ["VARCHAR", "VARCHAR"], "BOOLEAN")
+    for name, body, parameters, result in _FUNCTIONS:
+        conn.create_function(name, body, parameters, result)
 
 
 def _cast(to: str) -> DruidFunction:

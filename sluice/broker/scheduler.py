@@ -16,6 +16,7 @@ from typing import Any
 from sluice.broker.errors import SqlError
 from sluice.broker.sql import DEFAULT_TIMEOUT_MS
 from sluice.config import ConfigError, PropertyReader
+from sluice.spec.context import as_int, context_value
 
 
 @dataclass(frozen=True)
@@ -122,14 +123,8 @@ LOW_LANE = "low"
 
 
 def _priority(context: Any) -> int:
-    """The context's `priority` (0 without one), as Druid's QueryContext.getAsInt reads it: a number (its whole part)
-    or a string of a whole number; SqlError (400) otherwise."""
-    given = context.get("priority", 0) if isinstance(context, Mapping) else 0
-    if isinstance(given, (int, float)) and not isinstance(given, bool) and math.isfinite(given):
-        return int(given)
-    if isinstance(given, str):
-        try:
-            return int(given.strip())
-        except ValueError:
-            pass
-    raise SqlError(f"Query context parameter [priority] must be an integer, got {given!r}")
+    """The context's `priority` (0 without one), as Druid's QueryContext.getAsInt reads it; SqlError (400) else."""
+    try:
+        return context_value(context if isinstance(context, Mapping) else None, "priority", 0, as_int)
+    except ValueError as e:
+        raise SqlError(str(e)) from None

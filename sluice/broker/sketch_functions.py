@@ -4,7 +4,8 @@
 A sketch aggregate (`DS_HLL(expr)`) becomes that function over the group's values gathered by ARRAY_AGG, its
 defaults written out; a FILTER on the aggregate moves onto the ARRAY_AGG. The scalar functions that take any number
 of sketches get them as one list. Literal arguments (lgK, sizes, fractions, split points) are checked here, as
-Druid's planner checks them, so that a wrong one fails naming the function.
+Druid's planner checks them, so that a wrong one fails naming the function. Over a column of sketches that ingestion
+wrote, APPROX_COUNT_DISTINCT… and APPROX_QUANTILE_DS merge the sketches with these same functions.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from sqlglot import exp
 
 from sluice.broker.calls import Call, DruidFunction, template
 from sluice.broker.errors import SqlError
-from sluice.broker.sketches import KINDS
+from sluice.broker.sketches import HISTOGRAM_BINS, HLL, KINDS, QUANTILES, QUANTILES_COUNT
 
 _HLL_TYPES = ("HLL_4", "HLL_6", "HLL_8")
 _AGGREGATE = "sketch_aggregate"  # meta flag of a rewritten aggregate, whose ARRAY_AGG takes its FILTER
@@ -89,14 +90,45 @@ def _ds_tuple_doubles(call: Call) -> exp.Expr:
 
 
 def rewrite_sketch(node: exp.Expr) -> exp.Expr:
-    """`DS_HLL(x) FILTER(WHERE …)`, rewritten: the filter goes onto the ARRAY_AGG inside, as DuckDB's Python functions
-    cannot be aggregates; else `node`."""
-    if isinstance(node, exp.Filter) and node.this.meta.get(_AGGREGATE):
-        call = node.this
-        gathered = next(call.find_all(exp.ArrayAgg))
-        gathered.replace(exp.Filter(this=gathered.copy(), expression=node.expression.copy()))
-        return call
+    """`DS_HLL(x) FILTER(WHERE …)` (or a function of one sketch aggregate, as APPROX_COUNT_DISTINCT over a sketch
+    column becomes), rewritten: the filter goes onto the ARRAY_AGG inside, as DuckDB's Python functions cannot be
+    aggregates; else `node`."""
+    if isinstance(node, exp.Filter):
+        call = next((inner for inner in node.this.walk() if inner.meta.get(_AGGREGATE)), None)
+        if call is not None:
+            gathered = next(call.find_all(exp.ArrayAgg))
+            gathered.replace(exp.Filter(this=gathered.copy(), expression=node.expression.copy()))
+            return node.this
     return node
+
+
+# ----------------------------------------------------------------------------------------- columns of sketches
+
+
+def count_distinct_sketches(call: Call, readable: tuple[str, ...]) -> exp.Expr:
+    """An APPROX_COUNT_DISTINCT… call over a column of sketches, of the kinds in `readable`: the sketches merged
+    and estimated, a LONG as Druid's distinct counts are. The call's other arguments are the merge's (lgK and
+    tgtHllType, or the size)."""
+    kind = call.complex_type(0)
+    if kind not in readable:
+        raise _unreadable(call, kind)
+    merge, estimate = ("DS_HLL", "HLL_SKETCH_ESTIMATE") if kind == HLL else ("DS_THETA", "THETA_SKETCH_ESTIMATE")
+    sketch = SKETCH_FUNCTIONS[merge].build(Call(merge, call.args, call.session_zone))
+    return exp.cast(exp.Round(this=_udf(estimate, sketch)), exp.DType.BIGINT)
+
+
+def quantile_of_sketches(call: Call) -> exp.Expr:
+    """APPROX_QUANTILE_DS(column of quantiles sketches, fraction[, k]): the quantile of the sketches merged."""
+    if call.complex_type(0) != QUANTILES:
+        raise _unreadable(call, call.complex_type(0))
+    zone = call.session_zone
+    sketch = SKETCH_FUNCTIONS["DS_QUANTILES_SKETCH"].build(
+        Call("DS_QUANTILES_SKETCH", [call.args[0], *call.args[2:]], zone))
+    return SKETCH_FUNCTIONS["DS_GET_QUANTILE"].build(Call("DS_GET_QUANTILE", [sketch, call.args[1]], zone))
+
+
+def _unreadable(call: Call, kind: str | None) -> SqlError:
+    return SqlError(f"{call.name} cannot read column {call.args[0].sql(dialect='druid')} of type COMPLEX<{kind}>")
 
 
 # --------------------------------------------------------------------------------------------- sketch set operations
@@ -205,6 +237,9 @@ SKETCH_FUNCTIONS: dict[str, DruidFunction] = {
     "DS_CDF": DruidFunction(2, None, _sketch_and(lambda call: _doubles(call, 1, "the split points"))),
     "DS_RANK": DruidFunction(2, 2, _sketch_and(lambda call: exp.Literal.number(call.number(1, "the value")))),
     "DS_QUANTILE_SUMMARY": DruidFunction(1, 1, _sketch_only),
+    QUANTILES_COUNT: DruidFunction(1, 1, _sketch_only),
+    HISTOGRAM_BINS: DruidFunction(2, 2, _sketch_and(
+        lambda call: exp.Literal.number(call.integer(1, "the number of bins", 2, 2**31 - 1) or 10))),
     "DS_TUPLE_DOUBLES_METRICS_SUM_ESTIMATE": DruidFunction(1, 1, _sketch_only),
     **{f"DS_TUPLE_DOUBLES_{op}": DruidFunction(1, None, _tuple_set) for op in ("UNION", "INTERSECT", "NOT")},
 }

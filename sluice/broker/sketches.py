@@ -30,14 +30,10 @@ import pyarrow as pa
 HLL, THETA, QUANTILES, TUPLE = "HLLSketch", "thetaSketch", "quantilesDoublesSketch", "arrayOfDoublesSketch"
 #: the Druid complex type names of the sketches
 KINDS = (HLL, THETA, QUANTILES, TUPLE)
-
-
-def complex_type(duckdb_type: Any) -> str | None:
-    """COMPLEX<kind> when a DuckDB type is a sketch of this module, else None."""
-    if duckdb_type.id != "struct" or len(duckdb_type.children) != 1:
-        return None
-    name = duckdb_type.children[0][0]
-    return f"COMPLEX<{name}>" if name in KINDS else None
+#: What native queries need of a quantiles sketch and Druid SQL has no function for: the count of its values (the
+#: quantilesDoublesSketch aggregator's finalized value) and a histogram over a number of equal bins. Native queries
+#: run as Druid SQL, so these are functions of Sluice's SQL too, under names of its own.
+QUANTILES_COUNT, HISTOGRAM_BINS = "SLUICE_QUANTILES_SKETCH_COUNT", "SLUICE_QUANTILES_SKETCH_HISTOGRAM"
 
 
 def to_base64(value: dict[str, bytes]) -> str:
@@ -236,9 +232,22 @@ def _quantiles_of(data: bytes, fractions: list[float]) -> str:
 def _histogram(data: bytes, split_points: list[float]) -> str:
     """The PMF over the split points times the count of values (NaN for an empty sketch), as Druid's
     DoublesSketchToHistogramPostAggregator makes it."""
+    return _counts(_quantiles(data), split_points, len(split_points) + 1)
+
+
+def _histogram_bins(data: bytes, bins: int) -> str:
+    """The histogram over `bins` equal bins from the least value to the greatest, as Druid's histogram
+    post-aggregator makes it when given numBins instead of split points."""
     sketch = _quantiles(data)
     if sketch.is_empty():
-        return _java_doubles(math.nan for _ in range(len(split_points) + 1))
+        return _counts(sketch, [], bins)
+    low, step = sketch.get_min_value(), (sketch.get_max_value() - sketch.get_min_value()) / bins
+    return _counts(sketch, [low + step * (i + 1) for i in range(bins - 1)], bins)
+
+
+def _counts(sketch: ds.quantiles_doubles_sketch, split_points: list[float], bins: int) -> str:
+    if sketch.is_empty():
+        return _java_doubles(math.nan for _ in range(bins))
     return _java_doubles(p * sketch.n for p in sketch.get_pmf(split_points))
 
 
@@ -287,7 +296,8 @@ def _hll_bounds(data: bytes, std_devs: int) -> list[float]:
     return [sketch.get_estimate(), sketch.get_lower_bound(std_devs), sketch.get_upper_bound(std_devs)]
 
 
-_ARROW_TYPES = {"DOUBLE": pa.float64(), "VARCHAR": pa.string(), "DOUBLE[]": pa.list_(pa.float64())}
+_ARROW_TYPES = {"BIGINT": pa.int64(), "DOUBLE": pa.float64(), "VARCHAR": pa.string(),
+                "DOUBLE[]": pa.list_(pa.float64())}
 
 
 def _python_values(column: pa.ChunkedArray) -> list[Any]:
@@ -331,9 +341,8 @@ def _arrow_function(body: Callable[..., Any], result: str, aggregate: bool, arit
     return udf
 
 
-def register(conn: duckdb.DuckDBPyConnection) -> None:
-    """The sketch functions on a connection (every cursor of it sees them), named as the Druid functions whose
-    translated calls use them."""
+def _functions() -> list[tuple[str, Callable[..., Any], list[Any], str, bool]]:
+    """(name, body, parameter types, result, is an aggregate) of every sketch function."""
     hll, theta, quantiles, tuple_ = (_sketch_type(kind) for kind in KINDS)
     sketches = {kind: duckdb.list_type(_sketch_type(kind)) for kind in KINDS}
     tuple_rows = duckdb.list_type(duckdb.struct_type({"k": "VARCHAR", "v": "DOUBLE[]"}))
@@ -356,16 +365,27 @@ def register(conn: duckdb.DuckDBPyConnection) -> None:
         ("DS_GET_QUANTILE", _quantile, [quantiles, "DOUBLE"], "DOUBLE"),
         ("DS_GET_QUANTILES", _quantiles_of, [quantiles, "DOUBLE[]"], "VARCHAR"),
         ("DS_HISTOGRAM", _histogram, [quantiles, "DOUBLE[]"], "VARCHAR"),
+        (HISTOGRAM_BINS, _histogram_bins, [quantiles, "INTEGER"], "VARCHAR"),
         ("DS_CDF", _cdf, [quantiles, "DOUBLE[]"], "VARCHAR"),
         ("DS_RANK", _rank, [quantiles, "DOUBLE"], "DOUBLE"),
         ("DS_QUANTILE_SUMMARY", lambda data: _quantiles(data).to_string(), [quantiles], "VARCHAR"),
+        (QUANTILES_COUNT, lambda data: _quantiles(data).n, [quantiles], "BIGINT"),
         ("DS_TUPLE_DOUBLES_METRICS_SUM_ESTIMATE", _metrics_sum, [tuple_], "DOUBLE[]"),
         *((f"DS_TUPLE_DOUBLES_{op}", _tuple_set(op), [sketches[TUPLE], "INTEGER"], TUPLE)
           for op in ("UNION", "INTERSECT", "NOT")),
     ]
-    for functions, aggregate in ((aggregates, True), (scalars, False)):
-        for name, body, parameters, result in functions:
-            duckdb_result = _sketch_type(result) if result in KINDS else result
-            conn.create_function(name, _arrow_function(body, result, aggregate, len(parameters)),
-                                 parameters, duckdb_result,
-                                 type="arrow", null_handling="special")
+    return [(*function, True) for function in aggregates] + [(*function, False) for function in scalars]
+
+
+_FUNCTIONS = _functions()
+#: the names of the sketch functions, which a query needs registered on its connection (see `register`)
+FUNCTIONS = frozenset(name for name, *_ in _FUNCTIONS)
+
+
+def register(conn: duckdb.DuckDBPyConnection) -> None:
+    """The sketch functions on a connection (every cursor of it sees them), named as the Druid functions whose
+    translated calls use them."""
+    for name, body, parameters, result, aggregate in _FUNCTIONS:
+        duckdb_result = _sketch_type(result) if result in KINDS else result
+        conn.create_function(name, _arrow_function(body, result, aggregate, len(parameters)),
+                             parameters, duckdb_result, type="arrow", null_handling="special")

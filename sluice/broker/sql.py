@@ -2,7 +2,9 @@
 
 A query is parsed with sqlglot's Druid dialect, checked (one read-only statement whose tables are known data sources,
 system tables or CTEs, no table functions, no functions outside Druid's), rewritten on the AST (Druid's functions and
-time zone, Calcite's output names, the `druid` schema, system tables) and generated as DuckDB SQL. The query's text
+time zone, Calcite's output names, the `druid` schema, system tables) and generated as DuckDB SQL. Before the rewrite,
+the column references that read a complex column (a first/last pair, a sketch) are marked, from what the caller says
+the data sources' files hold (`complex_types.py`): Druid's functions read such a column by its type. The query's text
 is never rewritten as text; `EXPLAIN PLAN FOR` in front of it is only blanked out before parsing.
 
 Alongside the SQL, a translation says what the query reads: which data sources, over which intervals of `__time`
@@ -14,7 +16,7 @@ The generated SQL assumes the DuckDB session settings in `DUCKDB_SETTINGS`; the 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -23,6 +25,8 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
+from sluice.broker import python_functions, sketches
+from sluice.broker.complex_types import mark_complex_columns
 from sluice.broker.errors import SqlError
 from sluice.broker.functions import TIME_COLUMN, DruidDialect, Session, Zone, is_druid_function, \
     rewrite_druid_functions
@@ -32,8 +36,10 @@ from sluice.broker.scalar_functions import constant_pi, unsupported_reason
 from sluice.broker.system_tables import DRUID_SCHEMA, SystemTable, find_system_table, is_system_schema
 from sluice.broker.time_groups import group_time_buckets
 from sluice.segment.segment import Interval
+from sluice.spec.context import as_bool, as_int, context_value
 
-__all__ = ["DUCKDB_SETTINGS", "TIME_COLUMN", "QueryContext", "SqlError", "Translation", "translate", "translate_query"]
+__all__ = ["DUCKDB_SETTINGS", "TIME_COLUMN", "ComplexColumns", "QueryContext", "SqlError", "Translation", "translate",
+           "translate_query"]
 
 # Druid divides BIGINT by BIGINT as integers (5/2 = 2) and works in UTC; the DuckDB session must do the same.
 DUCKDB_SETTINGS: dict[str, Any] = {"integer_division": True, "TimeZone": "UTC"}
@@ -53,38 +59,23 @@ class QueryContext:
 
     @classmethod
     def parse(cls, context: Mapping[str, Any] | None) -> QueryContext:
+        """Druid's keys, read as its QueryContexts reads them (the JSON value or its text); SqlError (400) else."""
         context = context or {}
         zone = context.get("sqlTimeZone")
-        outer_limit = _context_int(context, "sqlOuterLimit", None)
         query_id = context.get("sqlQueryId")
-        return cls(
-            query_id=None if query_id is None else str(query_id),
-            session=Session(
-                time_zone=None if zone is None else Zone.parse(str(zone)),
-                approximate_count_distinct=_context_bool(context, "useApproximateCountDistinct", True),
-            ),
-            timeout_ms=_context_int(context, "timeout", DEFAULT_TIMEOUT_MS) or 0,
-            outer_limit=outer_limit,
-            stringify_arrays=_context_bool(context, "sqlStringifyArrays", True),
-        )
-
-
-def _context_bool(context: Mapping[str, Any], key: str, default: bool) -> bool:
-    """Druid's QueryContexts.parseBoolean: a JSON boolean or the text "true"/"false"."""
-    value = context.get(key, default)
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    raise SqlError(f"Query context parameter [{key}] must be a boolean, got {value!r}")
-
-
-def _context_int(context: Mapping[str, Any], key: str, default: int | None) -> int | None:
-    value = context.get(key, default)
-    try:
-        return None if value is None else int(value)
-    except (TypeError, ValueError) as e:
-        raise SqlError(f"Query context parameter [{key}] must be a number, got {value!r}") from e
+        try:
+            return cls(
+                query_id=None if query_id is None else str(query_id),
+                session=Session(
+                    time_zone=None if zone is None else Zone.parse(str(zone)),
+                    approximate_count_distinct=context_value(context, "useApproximateCountDistinct", True, as_bool),
+                ),
+                timeout_ms=context_value(context, "timeout", DEFAULT_TIMEOUT_MS, as_int) or 0,
+                outer_limit=context_value(context, "sqlOuterLimit", None, as_int),
+                stringify_arrays=context_value(context, "sqlStringifyArrays", True, as_bool),
+            )
+        except ValueError as e:
+            raise SqlError(str(e)) from None
 
 
 @dataclass(frozen=True)
@@ -99,6 +90,13 @@ class Translation:
     context: QueryContext
     explain: bool = False  # EXPLAIN PLAN FOR: describe the query instead of running it
     lookups: frozenset[str] = frozenset()  # registered on the query's cursor (LOOKUP calls, `lookup.` tables)
+    python_functions: bool = False  # calls functions run in Python (sketches…), which the engine registers
+
+
+#: The Druid complex type (serializablePairLongLong, HLLSketch…) of each complex column of a data source, by column
+#: name, as the files a query reads of it hold them: the files over the given intervals of `__time`.
+ComplexColumns = Callable[[str, list[Interval]], Mapping[str, str]]
+_PYTHON_FUNCTIONS = sketches.FUNCTIONS | python_functions.FUNCTIONS
 
 
 def translate(sql: str, tables: Collection[str]) -> str:
@@ -110,8 +108,12 @@ _EXPLAIN = re.compile(r"\s*EXPLAIN\s+PLAN\s+FOR\s", re.IGNORECASE)
 
 
 def translate_query(sql: str, tables: Collection[str], context: Mapping[str, Any] | QueryContext | None = None,
-                    now: datetime | None = None) -> Translation:
-    """Like `translate`, also saying what the query reads; `now` (default: the clock) is when the query is planned."""
+                    now: datetime | None = None, complex_columns: ComplexColumns | None = None) -> Translation:
+    """Like `translate`, also saying what the query reads; `now` (default: the clock) is when the query is planned.
+
+    `complex_columns` is asked once for each data source the query reads, in name order, once the query is checked
+    and before it is rewritten; without it, no column is taken for a complex one.
+    """
     query_context = context if isinstance(context, QueryContext) else QueryContext.parse(context)
     explain = _EXPLAIN.match(sql)
     if explain:  # blanked rather than cut, so that error positions still point into the user's text
@@ -125,6 +127,9 @@ def translate_query(sql: str, tables: Collection[str], context: Mapping[str, Any
     intervals: dict[str, list[Interval]] = {}
     for table in data_source_tables:
         intervals.setdefault(table.name, []).extend(table_intervals(table, zone, planned))
+    united = {source: unite(found) for source, found in sorted(intervals.items())}
+    if complex_columns is not None:
+        mark_complex_columns(statement, {source: complex_columns(source, found) for source, found in united.items()})
     constant_pi(statement)
     _name_projections(statement)
     rewrite_druid_functions(statement, query_context.session)
@@ -134,13 +139,15 @@ def translate_query(sql: str, tables: Collection[str], context: Mapping[str, Any
         statement = _limit(statement, query_context.outer_limit)
     return Translation(
         sql=statement.sql(dialect="duckdb"),
-        data_sources=frozenset(intervals),
-        intervals={source: unite(found) for source, found in intervals.items()},
+        data_sources=frozenset(united),
+        intervals=united,
         system_tables=frozenset(system_tables),
         parameter_count=sum(1 for _ in statement.find_all(exp.Placeholder)),
         context=query_context,
         explain=bool(explain),
         lookups=lookups,
+        python_functions=any(isinstance(node, exp.Anonymous) and node.name.upper() in _PYTHON_FUNCTIONS
+                             for node in statement.walk()),
     )
 
 

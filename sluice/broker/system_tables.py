@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from sluice.broker.complex_types import arrow_complex_type
 from sluice.metadata.store import TaskRecord
 from sluice.segment.segment import DataSegment, Interval, SegmentId
 from sluice.timestamps import format_timestamp
@@ -170,7 +171,8 @@ def sql_type(arrow_type: pa.DataType) -> str:
         return "DOUBLE"
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
         return f"{sql_type(arrow_type.value_type)} ARRAY"
-    return "COMPLEX<json>"
+    kind = arrow_complex_type(arrow_type)  # a first/last pair or a sketch
+    return f"COMPLEX<{kind or 'json'}>"
 
 
 # ---------------------------------------------------------------------------------------------------------- sys

@@ -8,11 +8,11 @@ A value that would change what is ingested is refused instead, naming the field.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import ValidationInfo, field_validator
 
-from sluice.spec.model import SpecModel
+from sluice.spec.model import SpecModel, power_of_two
 
 __all__ = ["AppendableIndexSpec", "DruidRuntimeTuning", "IndexSpec", "defaults_only"]
 
@@ -51,15 +51,8 @@ class BitmapSpec(SpecModel):
 class StringDictionaryEncoding(SpecModel):
     type: Literal["utf8", "frontCoded"] = "utf8"
     #: values per front-coded bucket: a power of 2 up to 128
-    bucket_size: int = Field(4, ge=1, le=128)
+    bucket_size: Annotated[int, power_of_two(1, 128)] = 4
     format_version: Literal[0, 1] = 0
-
-    @field_validator("bucket_size")
-    @classmethod
-    def _power_of_two(cls, value: int) -> int:
-        if value & (value - 1):
-            raise ValueError(f"bucketSize must be a power of 2 up to 128, got {value}")
-        return value
 
 
 class IndexSpec(SpecModel):

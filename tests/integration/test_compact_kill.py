@@ -13,7 +13,18 @@ from sqlalchemy import create_engine, func, select
 
 from sluice.metadata import tables
 from tests.integration.harness import sql, wait_for
-from tests.integration.test_batch_ingestion import DAY1, DAY2, by_channel, ndjson, rows, run, segments, task, totals
+from tests.integration.test_batch_ingestion import (
+    DAY1,
+    DAY2,
+    by_channel,
+    ndjson,
+    rows,
+    run,
+    segments,
+    task,
+    totals,
+)
+from tests.integration.test_sql_ingestion import run as sql_run
 
 COORDINATOR = "/druid/coordinator/v1/datasources"
 TWO_DAYS = f"{DAY1}/2024-03-03"
@@ -217,3 +228,47 @@ def test_a_bad_data_management_request_is_a_400_naming_the_field(http, method, p
 def test_a_bad_compact_or_kill_task_is_a_400_naming_the_field(http, payload, message):
     response = http.post("/druid/indexer/v1/task", json=payload)
     assert response.status_code == 400 and message in response.json()["error"], response.text
+
+
+def test_compaction_merges_first_last_pairs_and_sketches_without_counting_twice(http):
+    """Segments with first/last and sketch metrics, appended in three parts, compacted into one segment per day:
+    Druid SQL gives the same earliest/latest values and distinct counts before and after (each combining aggregator
+    reads the pairs and sketches its aggregator wrote)."""
+    ds = "compact_sketches"
+    events = [{**e, "user": f"u{i % 37}"} for i, e in enumerate(rows(120) + rows(80, DAY2, seed=3))]
+    metrics = [{"type": "count", "name": "count"},
+               {"type": "longFirst", "name": "first_added", "fieldName": "added"},
+               {"type": "longLast", "name": "last_added", "fieldName": "added"},
+               {"type": "HLLSketchBuild", "name": "users", "fieldName": "user"},
+               {"type": "thetaSketch", "name": "users_theta", "fieldName": "user"},
+               {"type": "quantilesDoublesSketch", "name": "added_q", "fieldName": "added"}]
+    for i, part in enumerate((events[:70], events[70:150], events[150:])):
+        payload = task(ds, {"type": "inline", "data": ndjson(part)}, {"type": "json"}, io={"appendToExisting": i > 0})
+        payload["spec"]["dataSchema"]["metricsSpec"] = metrics
+        run(http, payload)
+    query = (f"SELECT channel, SUM(\"count\") AS n, EARLIEST(first_added) AS f, LATEST(last_added) AS l, "
+             f"APPROX_COUNT_DISTINCT_DS_HLL(users) AS u, APPROX_COUNT_DISTINCT_DS_THETA(users_theta) AS t, "
+             f"APPROX_QUANTILE_DS(added_q, 1.0) AS mx FROM {ds} GROUP BY channel ORDER BY channel")
+
+    def expect() -> list[dict[str, Any]]:
+        out = []
+        for channel in sorted({e["channel"] for e in events}):
+            mine = sorted((e for e in events if e["channel"] == channel), key=lambda e: e["ts"])
+            # ties on a timestamp are not in these events: first and last are one event each
+            assert len({e["ts"] for e in mine}) == len(mine)
+            out.append({"channel": channel, "n": len(mine), "f": mine[0]["added"], "l": mine[-1]["added"],
+                        "u": len({e["user"] for e in mine}), "t": len({e["user"] for e in mine}),
+                        "mx": float(max(e["added"] for e in mine))})
+        return out
+
+    assert len(segments(http, ds)) == 4 and sql(http, query) == expect()
+    run(http, {"type": "compact", "dataSource": ds,
+               "ioConfig": {"type": "compact", "inputSpec": {"type": "interval", "interval": TWO_DAYS}}})
+    assert len(segments(http, ds)) == 2 and sql(http, query) == expect()
+    # an SQL re-index rolls the channel's rows of a day into one: the sketch and pair columns merge, not rehash
+    sql_run(http, f"REPLACE INTO {ds} OVERWRITE ALL SELECT FLOOR(__time TO DAY) AS __time, channel, "
+                  f"SUM(\"count\") AS \"count\", EARLIEST(first_added) AS first_added, LATEST(last_added) AS last_added, "
+                  f"DS_HLL(users) AS users, DS_THETA(users_theta) AS users_theta, DS_QUANTILES_SKETCH(added_q) AS added_q "
+                  f"FROM {ds} GROUP BY 1, 2 PARTITIONED BY DAY", {"finalizeAggregations": False})
+    assert sql(http, query) == expect()
+    assert sql(http, f"SELECT COUNT(*) AS n FROM {ds}") == [{"n": 6}]  # three channels on each of two days

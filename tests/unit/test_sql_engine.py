@@ -163,12 +163,30 @@ def test_a_query_over_the_memory_limit_is_refused(segment: str) -> None:
 def test_the_kept_database_of_a_file_set_stays_locked_down(segment: str, tmp_path: Path) -> None:
     engine = SqlEngine(threads=1)
     assert engine.execute("SELECT COUNT(*) FROM t", {"t": [segment]}).rows == [(3000,)]
-    cursor = engine._cursor({"t": [segment]})  # noqa: SLF001 - the database the next query of this file set uses
+    # the database the next query of this file set uses, with the Python functions registered after its lock-down
+    cursor = engine._cursor({"t": [segment]}, python_functions=True)  # noqa: SLF001
     with pytest.raises(duckdb.PermissionException):
         cursor.execute(f"COPY (SELECT 1) TO '{tmp_path / 'out.csv'}'")
     with pytest.raises(duckdb.InvalidInputException, match="locked"):
         cursor.execute("SET enable_external_access = true")
     assert engine.execute("SELECT MAX(n) FROM t", {"t": [segment]}).rows == [(2999,)]
+
+
+def test_the_python_functions_are_registered_once_a_query_calls_one(segment: str) -> None:
+    """Registering them costs more than a small query, and most file sets (a streaming task's persists) never see
+    a query that calls one."""
+    engine = SqlEngine(threads=1)
+    registered = "SELECT COUNT(*) FROM duckdb_functions() WHERE function_name IN ('DS_HLL', 'IPV6_MATCH')"
+
+    def functions_of_the_kept_database() -> int:
+        cursor = engine._cursor({"t": [segment]}, python_functions=False)  # noqa: SLF001
+        return cursor.execute(registered).fetchone()[0]
+
+    assert engine.execute("SELECT COUNT(*) FROM t", {"t": [segment]}).rows == [(3000,)]
+    assert functions_of_the_kept_database() == 0
+    sketch = "SELECT HLL_SKETCH_ESTIMATE(DS_HLL(n), TRUE) FROM t WHERE n < 10"
+    assert engine.execute(sketch, {"t": [segment]}).rows == [(10.0,)]
+    assert functions_of_the_kept_database() == 2
 
 
 def test_timestamps_come_back_in_the_session_time_zone(segment: str) -> None:
