@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from sluice.spec.context import TaskContext
-from sluice.spec.data_schema import DataSchema, GranularitySpec
+from sluice.spec.data_schema import DISCOVERS_JSON_ONLY, DataSchema, GranularitySpec
 from sluice.spec.errors import SpecError, from_validation_error
 from sluice.spec.input_format import RecordFormat
 from sluice.spec.input_source import FORMATLESS_SOURCES, InputSource, SplitHintSpec
@@ -235,6 +235,8 @@ class BatchIngestionSpec(SpecModel):
             raise ValueError("Perfect rollup cannot be guaranteed when appending to existing dataSources")
         if self.io_config.drop_existing and not self.data_schema.granularity_spec.intervals:
             raise ValueError("dropExisting needs granularitySpec.intervals: the time chunks to replace")
+        if self.data_schema.dimensions_spec.discovers and getattr(self.io_config.input_format, "type", None) != "json":
+            raise ValueError(DISCOVERS_JSON_ONLY)
         partition_dims = getattr(self.tuning_config.effective_partitions_spec, "dimensions", None) or []
         known = {d.name for d in self.data_schema.dimensions_spec.dimensions}
         if unknown := [d for d in partition_dims if d not in known]:

@@ -11,7 +11,7 @@ from sluice.ids import DataSourceName
 from sluice.spec.expressions import CompiledExpression, Lookups, compile_expression
 from sluice.spec.filters import DimFilter
 from sluice.spec.granularity import Granularity, parse_granularity
-from sluice.spec.model import SpecModel
+from sluice.spec.model import SpecModel, power_of_two
 from sluice.spec.tuning import defaults_only
 
 TIMESTAMP_FORMATS = ("auto", "iso", "posix", "millis", "micro", "nano")
@@ -49,6 +49,10 @@ def _pattern_letters(value: str) -> set[str]:
     return {c for c in unquoted if c.isalpha()}
 
 
+#: what a spec that discovers its dimensions from records of another format is told
+DISCOVERS_JSON_ONLY = ("dataSchema.dimensionsSpec: dimensions are discovered in JSON records only (inputFormat json); "
+                       "list the dimensions for this input")
+
 DimensionType = Literal["string", "long", "float", "double"]
 
 
@@ -65,14 +69,12 @@ class DimensionSpec(SpecModel):
 
 
 class DimensionsSpec(SpecModel):
-    """The columns a row keeps as dimensions.
+    """The columns a row keeps as dimensions: the listed ones, and with discovery the row's other fields.
 
-    dimensionExclusions steer only Druid's schemaless discovery, which Sluice does not do, so next to the
-    explicit dimension list Sluice requires they drop nothing. Druid also keeps the timestamp column and
-    every aggregator's input and output out of discovery (unless they are listed as dimensions), so that a
-    field already read into `__time` or a metric does not come back as a string dimension; an explicit list
-    cannot bring them back, so Sluice adds no such exclusions. What remains is Druid's check that no column
-    is both listed and excluded: a spec Druid refuses must not run here.
+    Druid discovers dimensions when none are listed (string dimensions), with includeAllDimensions (the listed ones
+    first, the rest as strings) and with useSchemaDiscovery (typed from the values). Discovery never takes the
+    timestamp column, an aggregator's input, or a field of dimensionExclusions; a listed dimension cannot be
+    excluded too (Druid refuses that spec).
     """
 
     dimensions: list[DimensionSpec] = Field(default_factory=list, validate_default=True)
@@ -90,13 +92,6 @@ class DimensionsSpec(SpecModel):
             raise ValueError("spatial dimensions are not supported: Sluice builds no spatial index; leave it empty")
         return value
 
-    @field_validator("include_all_dimensions", "use_schema_discovery")
-    @classmethod
-    def _no_discovery(cls, value: bool) -> bool:
-        if value:
-            raise ValueError("schema discovery is not supported yet; list the dimensions")
-        return value
-
     @field_validator("force_segment_sort_by_time")
     @classmethod
     def _sorted_by_time(cls, value: bool) -> bool:
@@ -111,12 +106,9 @@ class DimensionsSpec(SpecModel):
             return [{"name": item} if isinstance(item, str) else item for item in value]
         return value
 
-    @field_validator("dimensions")
-    @classmethod
-    def _not_schemaless(cls, value: list[DimensionSpec]) -> list[DimensionSpec]:
-        if not value:
-            raise ValueError("schemaless ingestion (an empty dimensions list) is not supported yet; list the dimensions")
-        return value
+    @property
+    def discovers(self) -> bool:
+        return not self.dimensions or self.include_all_dimensions or self.use_schema_discovery
 
     @field_validator("dimension_exclusions")
     @classmethod
@@ -191,32 +183,18 @@ class HllSketchAggregatorSpec(_OverField):
 
 class ThetaSketchAggregatorSpec(_OverField):
     type: Literal["thetaSketch"]
-    size: int = Field(16384, ge=16, le=1 << 26)
+    size: Annotated[int, power_of_two(16, 1 << 26)] = 16384
     is_input_theta_sketch: bool = False
     should_finalize: bool = True
-
-    @field_validator("size")
-    @classmethod
-    def _power_of_two(cls, value: int) -> int:
-        if value & (value - 1):
-            raise ValueError(f"size must be a power of 2, got {value}")
-        return value
 
 
 class QuantilesSketchAggregatorSpec(_OverField):
     """A DataSketches quantiles (doubles) sketch of the column's numbers; a column of sketches (Base64) merges."""
 
     type: Literal["quantilesDoublesSketch"]
-    k: int = Field(128, ge=2, le=32768)
+    k: Annotated[int, power_of_two(2, 32768)] = 128
     max_stream_length: int = Field(1_000_000_000, gt=0)
     should_finalize: bool = True
-
-    @field_validator("k")
-    @classmethod
-    def _power_of_two(cls, value: int) -> int:
-        if value & (value - 1):
-            raise ValueError(f"k must be a power of 2, got {value}")
-        return value
 
 
 class HyperUniqueAggregatorSpec(_OverField):

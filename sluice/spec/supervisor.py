@@ -16,12 +16,13 @@ from pydantic import (
     field_serializer,
     field_validator,
     model_serializer,
+    model_validator,
 )
 from pydantic.alias_generators import to_camel
 
 from sluice.periods import format_duration, parse_duration
 from sluice.spec.context import TaskContext
-from sluice.spec.data_schema import DataSchema
+from sluice.spec.data_schema import DISCOVERS_JSON_ONLY, DataSchema
 from sluice.spec.errors import SpecError, from_validation_error
 from sluice.spec.input_format import (
     LINE_FORMATS,
@@ -431,6 +432,12 @@ class IngestionSpec(SpecModel):
     data_schema: DataSchema
     io_config: KafkaIOConfig
     tuning_config: KafkaTuningConfig = Field(default_factory=KafkaTuningConfig)
+
+    @model_validator(mode="after")
+    def _discovers_in_json(self) -> IngestionSpec:
+        if self.data_schema.dimensions_spec.discovers and self.io_config.input_format.type != "json":
+            raise ValueError(DISCOVERS_JSON_ONLY)
+        return self
 
 
 class KafkaSupervisorSpec(SpecModel):

@@ -92,6 +92,9 @@ def translate_statement(statement: IngestStatement, context: dict[str, Any], cat
                 column.set("this", exp.to_identifier(copy))
         filter_ = to_dim_filter(condition, types.get)
 
+    if not output.dimensions:  # an empty list would be Druid's schemaless ingestion: every field a dimension
+        raise invalid("An ingestion query needs a column besides __time and the aggregates in Sluice: with none, "
+                      "the index task would discover every field of the input")
     dimension_names = [d["name"] for d in output.dimensions]
     clustered = _clustered_by(statement, dimension_names)
     replace_intervals = _replace_intervals(statement, segment_granularity)

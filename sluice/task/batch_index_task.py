@@ -323,8 +323,10 @@ class BatchIndexTask:
     def _push(self, segment_id: SegmentId, path: Path, rows: int, shard_spec: dict[str, Any]) -> DataSegment:
         schema = self.spec.payload.spec.data_schema
         load_spec = self.toolbox.deep_storage.push(path, segment_id, unique_path=True)
-        return DataSegment(id=segment_id, dimensions=[d.name for d in schema.dimensions_spec.dimensions],
-                           metrics=[m.name for m in schema.metrics_spec],
+        metrics = [m.name for m in schema.metrics_spec]
+        # the file's own columns: discovered dimensions differ from file to file
+        dimensions = [name for name in pq.read_schema(path).names if name != TIME and name not in metrics]
+        return DataSegment(id=segment_id, dimensions=dimensions, metrics=metrics,
                            aggregators=[m.to_json() for m in schema.metrics_spec], shard_spec=shard_spec,
                            num_rows=rows, size=path.stat().st_size, load_spec=load_spec)
 

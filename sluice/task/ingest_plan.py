@@ -260,6 +260,36 @@ class IntervalsWindow:
         return f"NOT ({inside})"
 
 
+#: the record's top-level JSON fields as text (a map), read when dimensions are discovered
+FIELDS_MAP = "__fields"
+#: the discovered fields of a row: its (field, text) entries, sorted (an array of entries groups; a map does not)
+DISCOVERED = "__discovered"
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """Dimensions found in the rows (Druid's schemaless ingestion and schema discovery): every top-level field with a
+    value that is not excluded. Values are text until publish, where useSchemaDiscovery types a column long or double
+    when every value reads as one (`typed`)."""
+
+    #: the listed dimensions, the timestamp column, the aggregators' inputs and outputs, dimensionExclusions
+    excluded: tuple[str, ...]
+    typed: bool
+    #: transforms of a field of the record: the discovered value is the transformed one (a new field a transform
+    #: makes is not discovered, as in Druid)
+    transformed: tuple[str, ...] = ()
+
+    def entries_sql(self) -> str:
+        """The row's discovered entries, over the typed row (FIELDS_MAP and the transforms' columns)."""
+        excluded = ", ".join(string_literal(name) for name in self.excluded)
+        fields = FIELDS_MAP
+        if self.transformed:
+            cases = " ".join(f"WHEN {string_literal(t)} THEN CAST({q(t)} AS STRING)" for t in self.transformed)
+            fields = f"transform_values({FIELDS_MAP}, (k, v) -> CASE k {cases} ELSE v END)"
+        return (f"array_sort(map_entries(map_filter({fields}, (k, v) -> v IS NOT NULL AND "
+                f"NOT array_contains(array({excluded}), k))))")
+
+
 @dataclass(frozen=True)
 class IngestPlan:
     json_schema_ddl: str
@@ -286,6 +316,8 @@ class IngestPlan:
     json_paths: tuple[tuple[str, str], ...] = ()
     #: JSON fields that are null whatever the record holds (flattenSpec without useFieldDiscovery)
     json_absent: tuple[str, ...] = ()
+    #: dimensions found in the records, beside the listed ones
+    discovery: Discovery | None = None
 
     @property
     def metrics(self) -> list[str]:
@@ -347,7 +379,16 @@ def compile_plan(schema: DataSchema, flatten: FlattenSpec | None = None, lookups
         fields=tuple(sorted(fields)),
         json_paths=tuple(sorted(paths.items())),
         json_absent=tuple(absent),
+        discovery=_discovery(schema, aggregators) if schema.dimensions_spec.discovers else None,
     )
+
+
+def _discovery(schema: DataSchema, aggregators: list[Aggregator]) -> Discovery:
+    spec = schema.dimensions_spec
+    excluded = {d.name for d in spec.dimensions} | {schema.timestamp_spec.column, TIME} | set(spec.dimension_exclusions)
+    excluded |= {a.name for a in aggregators}.union(*(a.reads for a in aggregators))
+    transformed = tuple(sorted(t.name for t in schema.transform_spec.transforms if t.name not in excluded))
+    return Discovery(tuple(sorted(excluded)), spec.use_schema_discovery, transformed)
 
 
 def _json_path(steps: list[str | int]) -> str:

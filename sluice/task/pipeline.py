@@ -8,10 +8,11 @@ Python only sees the counters Spark observes while the job runs and the names of
 from __future__ import annotations
 
 import json
+import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,7 +24,7 @@ from sluice.connectors.records import ERROR, LOCATOR
 from sluice.spec.expressions import quote_identifier
 from sluice.spec.granularity import Granularity
 from sluice.task import sketch_udfs
-from sluice.task.ingest_plan import TIME, IngestPlan, IntervalsWindow, MessageWindow
+from sluice.task.ingest_plan import DISCOVERED, FIELDS_MAP, TIME, IngestPlan, IntervalsWindow, MessageWindow
 from sluice.stream.kafka_ranges import KEY_ERROR, MESSAGE, METADATA_PREFIX
 from sluice.task.stats import RowStats
 
@@ -45,6 +46,11 @@ class SegmentFile:
     bucket_start_millis: int
     path: Path
     num_rows: int
+    #: the file's columns, in order (discovered dimensions differ from file to file)
+    columns: tuple[str, ...] = ()
+
+    def dimensions(self, metrics: Sequence[str]) -> list[str]:
+        return [name for name in self.columns if name != TIME and name not in metrics]
 
 
 @dataclass(frozen=True)
@@ -105,13 +111,17 @@ class RowPipeline:
         perr = " OR ".join(f"({quote_identifier(raw_col)} IS NOT NULL AND {sql} IS NULL)"
                            for raw_col, sql in plan.parse_checks) or "FALSE"
         rows = rows.withColumns({"__thrown": F.expr(thrown), "__perr": F.expr(perr)})
+        if plan.discovery:
+            rows = rows.withColumn(DISCOVERED, F.expr(plan.discovery.entries_sql()))
         rows = rows.withColumns({name: F.expr(sql) for name, sql in plan.typed_columns.items()})
         return rows.select(*_columns(TIME, *plan.dimensions, *(f"__in_{m}" for m in plan.metrics)),
+                           *([DISCOVERED] if plan.discovery else []),
                            "__unparseable", "__thrown", "__perr", "__bytes", "__sample")
 
     def rolled_up(self, rows: DataFrame, rollup: bool | None = None) -> DataFrame:
         """The rows kept (parsed, not thrown away) at queryGranularity, rolled up unless `rollup` is False (then
-        each row keeps its own metric values, and the merge at publish rolls them up)."""
+        each row keeps its own metric values, and the merge at publish rolls them up). Discovered dimensions are
+        still their entries (DISCOVERED), which group like the columns they hold."""
         c = self._persist_columns()
         return self._aggregated(rows.where(c.kept).withColumn(TIME, c.granular_time), rollup is not False)
 
@@ -119,6 +129,8 @@ class RowPipeline:
         """`kept` rows with their metrics' stored values: rolled up when both the spec and `rollup` say so, else each
         row alone (a sketch of one row is still an aggregation)."""
         c = self._persist_columns()
+        if self.plan.discovery:
+            keys = (*keys, DISCOVERED)
         if self.plan.rollup and (rollup or c.metric_values is None):
             return kept.groupBy(*keys, *c.keys).agg(*c.aggregations)
         if c.metric_values is None:
@@ -134,10 +146,18 @@ class RowPipeline:
         how many rows they would roll up into (rollup_policy). Persists are written without Parquet
         dictionaries: they are read once or twice, and dictionary-encoding high-cardinality strings cost more
         than the rest of the write.
+
+        Discovered dimensions are columns of a persist, so their names must be known before it is written: the
+        rows are written with their entries first, then (two small jobs over that file) their names found and the
+        entries drawn out into columns; a source is read only once.
         """
         rows, observation = self._observed(raw, count_keys)
-        (self.rolled_up(rows, rollup).write.mode("overwrite").option("parquet.enable.dictionary", "false")
-         .parquet(str(persist_dir)))
+        target = persist_dir.with_name(f"{persist_dir.name}-entries") if self.plan.discovery else persist_dir
+        _write_persist(self.rolled_up(rows, rollup), target)
+        if self.plan.discovery:
+            _write_persist(_drawn_out(self.spark.read.parquet(str(target)), len(self._persist_columns().keys)),
+                           persist_dir)
+            shutil.rmtree(target, ignore_errors=True)
         return _persist_result(observation)
 
     def write_segments(self, raw: DataFrame, segment_granularity: Granularity, max_rows_per_segment: int,
@@ -146,7 +166,12 @@ class RowPipeline:
         where a streaming task persists many reads and merges them at publish. The rollup is a `groupBy` with a
         partial aggregation before its shuffle, as a hand-written job's; its (fewer) rows are then shuffled by
         bucket, so each bucket is written by one Spark task into the files the merge would write: one per bucket,
-        more where one would exceed maxRowsPerSegment."""
+        more where one would exceed maxRowsPerSegment. Discovered dimensions take a persist and its merge instead:
+        their names are known only once the rows are read."""
+        if self.plan.discovery:
+            persist_dir = staging_dir.with_name(f"{staging_dir.name}-persist")
+            result = self.persist(raw, persist_dir)
+            return result, self.merge([persist_dir], segment_granularity, max_rows_per_segment, staging_dir)
         rows, observation = self._observed(raw, count_keys=False)
         c = self._persist_columns()
         kept = rows.where(c.kept).withColumn(TIME, c.granular_time).withColumn(
@@ -215,14 +240,18 @@ class RowPipeline:
         """The persists' rows rolled up together (when the spec rolls up), with `__bucket`: the epoch millis of
         their segmentGranularity bucket. Rows of one bucket are in one Spark partition."""
         plan = self.plan
-        rows = self.spark.read.parquet(*(str(d) for d in persist_dirs)).withColumn(
-            "__bucket", _bucket_millis(segment_granularity))
+        # persists that discovered different dimensions are read as one table of all of them (null where absent)
+        rows = self.spark.read.option("mergeSchema", plan.discovery is not None).parquet(
+            *(str(d) for d in persist_dirs)).withColumn("__bucket", _bucket_millis(segment_granularity))
+        discovered = sorted(c for c in rows.columns if c not in {TIME, "__bucket", *plan.dimensions, *plan.metrics})
+        if plan.discovery and plan.discovery.typed and discovered:
+            rows = _typed_discovered(rows, discovered)
         # one shuffle: rows partitioned by bucket are already clustered for a rollup whose keys include it
         rows = rows.repartition("__bucket")
+        keys = _columns(TIME, *plan.dimensions, *discovered)
         if plan.rollup:  # persists may hold rows not rolled up, and rows of two persists may combine
-            rows = rows.groupBy(F.col("__bucket"), *_columns(TIME, *plan.dimensions)).agg(
-                *(F.expr(a) for a in plan.rollup_aggregations(True)))
-        return rows
+            return rows.groupBy(F.col("__bucket"), *keys).agg(*(F.expr(a) for a in plan.rollup_aggregations(True)))
+        return rows.select("__bucket", *keys, *_columns(*plan.metrics))
 
 
 class IngestPipeline(RowPipeline):
@@ -265,6 +294,35 @@ class IngestPipeline(RowPipeline):
         self.stream.checkpoint_complete(epoch)
 
 
+def _write_persist(rows: DataFrame, persist_dir: Path) -> None:
+    rows.write.mode("overwrite").option("parquet.enable.dictionary", "false").parquet(str(persist_dir))
+
+
+def _drawn_out(rows: DataFrame, keys: int) -> DataFrame:
+    """Rows with their discovered entries (DISCOVERED) as columns, in name order, after the first `keys` other
+    columns (`__time` and the listed dimensions)."""
+    names = rows.select(F.explode(F.col(DISCOVERED).getField("key")).alias("name")).distinct().collect()
+    fields = F.map_from_entries(DISCOVERED)
+    rest = [name for name in rows.columns if name != DISCOVERED]
+    return rows.select(*map(_column, rest[:keys]), *(fields[name].alias(name) for name in sorted(r.name for r in names)),
+                       *map(_column, rest[keys:]))
+
+
+def _typed_discovered(rows: DataFrame, discovered: list[str]) -> DataFrame:
+    """useSchemaDiscovery's types, from the values (one Spark job): a column whose every value is a whole number
+    is long, one whose every value is a number is double, any other (or one without a value) stays string."""
+    tests = {"BIGINT": "{} RLIKE '^-?[0-9]{{1,18}}$'", "DOUBLE": "TRY_CAST({} AS DOUBLE) IS NOT NULL"}
+    checks = [(name, kind, F.expr(f"count({column}) > 0 AND bool_and({column} IS NULL OR {test.format(column)})"))
+              for name in discovered for kind, test in tests.items()
+              for column in [quote_identifier(name)]]
+    found = rows.select(*(check.alias(f"c{i}") for i, (_, _, check) in enumerate(checks))).first()
+    types: dict[str, str] = {}
+    for (name, kind, _), holds in zip(checks, found):
+        if holds:
+            types.setdefault(name, kind)  # BIGINT is tested first
+    return rows.withColumns({name: _column(name).cast(kind) for name, kind in types.items()})
+
+
 def _persist_result(observation: Observation) -> PersistResult:
     metrics = observation.get
     stats = RowStats(
@@ -298,13 +356,19 @@ def _write_buckets(rows: DataFrame, max_rows_per_segment: int, staging_dir: Path
 
 
 def _segment_files(staging_dir: Path) -> list[SegmentFile]:
-    return [SegmentFile(int(path.parent.name.split("=", 1)[1]), path, pq.ParquetFile(path).metadata.num_rows)
-            for path in sorted(staging_dir.glob("__bucket=*/*.parquet"))]
+    files = []
+    for path in sorted(staging_dir.glob("__bucket=*/*.parquet")):
+        metadata = pq.ParquetFile(path).metadata
+        files.append(SegmentFile(int(path.parent.name.split("=", 1)[1]), path, metadata.num_rows,
+                                 tuple(metadata.schema.to_arrow_schema().names)))
+    return files
 
 
 def _parsed_fields(raw: DataFrame, plan: IngestPlan) -> DataFrame:
     """The record's raw fields as strings, next to `__locator`, `__value` (the record text, for samples),
     `__bytes` and `__null_record` (nothing could be parsed)."""
+    if plan.discovery and (ERROR in raw.columns or KEY_ERROR in raw.columns):
+        raise ValueError("dimensions are discovered in JSON records only; list the dimensions for this inputFormat")
     if ERROR in raw.columns:  # a reader parsed the records: one string column per field
         fields = [_column(f) if f in raw.columns else F.lit(None).cast("string").alias(f) for f in plan.fields]
         if MESSAGE in raw.columns:  # Kafka messages: samples and processedBytes are of the message, as for JSON
@@ -326,7 +390,8 @@ def _parsed_fields(raw: DataFrame, plan: IngestPlan) -> DataFrame:
         F.coalesce(F.octet_length("value"), F.lit(0)).cast("bigint").alias("__bytes"),
         *_json_parse(plan),
     ).select(LOCATOR, "__value", "__bytes", F.col("__r").isNull().alias("__null_record"), "__r.*",
-             *(F.col(f"__path_{i}").alias(name) for i, (name, _) in enumerate(plan.json_paths)))
+             *(F.col(f"__path_{i}").alias(name) for i, (name, _) in enumerate(plan.json_paths)),
+             *([FIELDS_MAP] if plan.discovery else []))
     return parsed.withColumns({name: F.lit(None).cast("string") for name in plan.json_absent}) if plan.json_absent else parsed
 
 
@@ -335,7 +400,8 @@ def _json_parse(plan: IngestPlan) -> list[Column]:
     text = F.col("value").cast("string")
     return [F.from_json(text, plan.json_schema_ddl,
                         {"columnNameOfCorruptRecord": plan.corrupt_column} if plan.corrupt_column else {}).alias("__r"),
-            *(F.get_json_object(text, path).alias(f"__path_{i}") for i, (_, path) in enumerate(plan.json_paths))]
+            *(F.get_json_object(text, path).alias(f"__path_{i}") for i, (_, path) in enumerate(plan.json_paths)),
+            *([F.from_json(text, "map<string,string>").alias(FIELDS_MAP)] if plan.discovery else [])]
 
 
 def _blended_json_fields(raw: DataFrame, plan: IngestPlan) -> DataFrame:

@@ -47,9 +47,7 @@ class SequencePublisher:
                                          schema.granularity_spec.segment_granularity,
                                          tuning.effective_max_rows_per_segment(), staging)
             segments = append_segments(toolbox, schema.data_source, files, schema.granularity_spec.segment_granularity,
-                                       sequence.sequence_name, spec.lock_type,
-                                       [d.name for d in schema.dimensions_spec.dimensions],
-                                       [m.to_json() for m in schema.metrics_spec])
+                                       sequence.sequence_name, spec.lock_type, [m.to_json() for m in schema.metrics_spec])
         topic = spec.ingestion.io_config.topic
         start = StreamOffsets(topic, dict(sequence.start_offsets))
         end = StreamOffsets(topic, dict(sequence.end_offsets))
@@ -103,8 +101,7 @@ class _EarlierSequencePending(Exception):
 
 
 def append_segments(toolbox: Any, data_source: str, files: Sequence[SegmentFile], granularity: Granularity,
-                    sequence_name: str, lock_type: str, dimensions: list[str],
-                    aggregators: list[dict[str, Any]]) -> list[DataSegment]:
+                    sequence_name: str, lock_type: str, aggregators: list[dict[str, Any]]) -> list[DataSegment]:
     """`files` as segments appended to their time chunks: each id allocated after the one before in the sequence
     (so replicas, and a sequence published again, get the same ids), each file pushed to deep storage."""
     segments: list[DataSegment] = []
@@ -116,7 +113,8 @@ def append_segments(toolbox: Any, data_source: str, files: Sequence[SegmentFile]
         previous = str(segment_id)
         # replicas push the same segment id; unique paths keep a losing replica from touching the winner's file
         load_spec = toolbox.deep_storage.push(file.path, segment_id, unique_path=True)
-        segments.append(DataSegment(id=segment_id, dimensions=dimensions, metrics=[a["name"] for a in aggregators],
+        metrics = [a["name"] for a in aggregators]
+        segments.append(DataSegment(id=segment_id, dimensions=file.dimensions(metrics), metrics=metrics,
                                     aggregators=aggregators, shard_spec=numbered_shard_spec(segment_id.partition_num),
                                     num_rows=file.num_rows, size=file.path.stat().st_size, load_spec=load_spec))
     return segments

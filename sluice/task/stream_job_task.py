@@ -202,7 +202,7 @@ class DataSourceBatchWriter:
         aggregators = [{"type": "longSum" if kind == "long" else "doubleSum", "name": name, "fieldName": name}
                        for name, kind in self.metrics.items()]
         segments = append_segments(self.toolbox, data_source, files, self.granularity, f"{self.stream}_{batch_id}",
-                                   "APPEND", self.dimensions, aggregators)
+                                   "APPEND", aggregators)
         if segments:
             start = stored if stored is not None else StreamOffsets(self.stream, {0: 0})
             result = actions.publish_segments(self.toolbox.actions, data_source, segments, start,

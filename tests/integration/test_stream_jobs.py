@@ -369,7 +369,7 @@ def test_stream_run_prints_a_local_jobs_rows_and_its_status_line(spark: SparkSes
 
     job_file.write_text(job_file.read_text().replace('"keyBy"', '"keyby"'))
     assert stream_cli.run(job_file, url="http://unused", checkpoint_dir=tmp_path, console=console) == 2
-    assert "spec.operators[0]: Input tag 'keyby'" in console.file.getvalue()
+    assert "spec.operators[0].type: Input tag 'keyby'" in console.file.getvalue()
 
 
 def test_window_sum_min_max_avg_of_grades(spark: SparkSession, kafka_broker: DevKafkaBroker, run) -> None:

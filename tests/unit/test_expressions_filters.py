@@ -104,7 +104,7 @@ def test_expression_reports_the_columns_it_reads(druid, columns):
     ("#", "cannot parse expression '#' at position 0"),
     ("a ? b", "cannot parse expression 'a ? b' at position 1"),
     ("'unterminated", "cannot parse expression"),
-    ("lookup(a, 'names')", "function lookup() is not supported; supported: abs,"),
+    ("array_length(a)", "function array_length() is not supported; supported: abs,"),
     ("foo(a)", "function foo() is not supported"),
     ("cast(a, 'DATE')", "cast to DATE is not supported; expected one of LONG, DOUBLE, FLOAT, STRING"),
     ("cast(a)", "cast() takes 2 arguments, got 1"),

@@ -365,7 +365,7 @@ INVALID = [
     ("spec.dataSchema.metricsSpec", [{"type": "javascript", "name": "users", "fieldName": "user"}],
      "spec.dataSchema.metricsSpec[0].type", "'longSum'"),
     ("spec.dataSchema.metricsSpec", [{"type": "thetaSketch", "name": "users", "fieldName": "user", "size": 1000}],
-     "spec.dataSchema.metricsSpec[0].size", "size must be a power of 2, got 1000"),
+     "spec.dataSchema.metricsSpec[0].size", "must be a power of 2 from 16 to 67108864, got 1000"),
     ("spec.ioConfig.period", "30 seconds",
      "spec.ioConfig.period", "'30 seconds' is not an ISO-8601 period such as PT1H, P1D or P1M"),
     ("spec.ioConfig.taskDuration", "P1M",
@@ -405,16 +405,10 @@ INVALID = [
     ("spec.dataSchema.dimensionsSpec",
      {"dimensions": ["page"], "spatialDimensions": [{"dimName": "coordinates", "dims": ["lat", "long"]}]},
      "spec.dataSchema.dimensionsSpec.spatialDimensions", "spatial dimensions are not supported"),
-    ("spec.dataSchema.dimensionsSpec", {"dimensions": ["page"], "useSchemaDiscovery": True},
-     "spec.dataSchema.dimensionsSpec.useSchemaDiscovery", "schema discovery is not supported yet"),
-    ("spec.dataSchema.dimensionsSpec", {"dimensions": ["page"], "includeAllDimensions": True},
-     "spec.dataSchema.dimensionsSpec.includeAllDimensions", "schema discovery is not supported yet"),
     ("spec.dataSchema.dimensionsSpec", {"dimensions": ["page"], "forceSegmentSortByTime": False},
      "spec.dataSchema.dimensionsSpec.forceSegmentSortByTime", "always sorted by __time first"),
     ("spec.dataSchema.dimensionsSpec", {"dimensions": [{"name": "tags", "multiValueHandling": "ARRAY"}]},
      "spec.dataSchema.dimensionsSpec.dimensions[0].multiValueHandling", "multi-value dimensions are not supported"),
-    ("spec.dataSchema.dimensionsSpec", {"dimensions": []},
-     "spec.dataSchema.dimensionsSpec.dimensions", "schemaless ingestion (an empty dimensions list) is not supported"),
     ("spec.dataSchema.dimensionsSpec", {"dimensions": [{"name": "payload", "type": "json"}]},
      "spec.dataSchema.dimensionsSpec.dimensions[0].type", "'long'"),
     ("spec.dataSchema.dimensionsSpec", {"dimensions": ["page", "user", "page"]},
@@ -426,8 +420,8 @@ INVALID = [
     ("spec.dataSchema.transformSpec", {"filter": {"type": "regex", "dimension": "page", "pattern": "^A"}},
      "spec.dataSchema.transformSpec.filter.type", "'regex'"),
     ("spec.dataSchema.transformSpec",
-     {"transforms": [{"type": "expression", "name": "hour", "expression": "lookup(page, 'names')"}]},
-     "spec.dataSchema.transformSpec.transforms[0].expression", "function lookup() is not supported"),
+     {"transforms": [{"type": "expression", "name": "hour", "expression": "array_length(page)"}]},
+     "spec.dataSchema.transformSpec.transforms[0].expression", "function array_length() is not supported"),
     ("spec.dataSchema.transformSpec",  # a function Spark cannot run with Druid's meaning is refused on submit
      {"transforms": [{"type": "expression", "name": "h", "expression": "timestamp_floor(__time, 'PT1H', 0, 'UTC')"}]},
      "spec.dataSchema.transformSpec.transforms[0].expression", "timestamp_floor() at ingestion takes an origin only"),
@@ -518,8 +512,6 @@ LEGACY_INVALID = [
      "dataSchema.parser.parseSpec", "the legacy parser needs a parseSpec object"),
     ("dataSchema.parser.parseSpec.timestampSpec", {"column": "time", "format": "bogus"},
      "dataSchema.parser.parseSpec.timestampSpec.format", "unknown timestamp format"),
-    ("dataSchema.parser.parseSpec.dimensionsSpec", {"dimensions": []},
-     "dataSchema.parser.parseSpec.dimensionsSpec.dimensions", "schemaless ingestion"),
     ("dataSchema.parser.parseSpec.flattenSpec", {"fields": [{"type": "tree", "name": "x"}]},
      "dataSchema.parser.parseSpec.flattenSpec.fields[0]", "a tree field needs nodes"),
     ("dataSchema.metricsSpec", [{"type": "longSum", "name": "added"}],
@@ -553,9 +545,8 @@ def test_wrapperless_current_form_errors_name_the_field_as_written(field, value,
 
 
 def test_omitted_dimensions_are_schemaless_too():
-    error = spec_error(changed(MINIMAL, "spec.dataSchema.dimensionsSpec", {}))
-    assert error.path == "spec.dataSchema.dimensionsSpec.dimensions"
-    assert "schemaless" in error.message
+    spec = parse_supervisor_spec(changed(MINIMAL, "spec.dataSchema.dimensionsSpec", {}))
+    assert spec.spec.data_schema.dimensions_spec.discovers
 
 
 @pytest.mark.parametrize("filter_, path", [
@@ -880,3 +871,22 @@ def test_the_legacy_parser_inside_the_spec_wrapper_is_read_too():
 def test_a_parser_and_an_input_format_together_are_refused():
     error = spec_error(changed(DRUID_LEGACY, "ioConfig.inputFormat", {"type": "json"}))
     assert error.path == "ioConfig.inputFormat" and "Cannot use parser and inputFormat together" in error.message
+
+
+@pytest.mark.parametrize("dimensions_spec, discovers, typed", [
+    ({"dimensions": ["page"]}, False, False),
+    ({"dimensions": []}, True, False),  # Druid's schemaless ingestion: every other field, as strings
+    ({"dimensions": ["page"], "includeAllDimensions": True}, True, False),
+    ({"dimensions": [], "useSchemaDiscovery": True}, True, True),
+])
+def test_dimensions_are_discovered_as_druid_discovers_them(dimensions_spec, discovers, typed):
+    spec = parse_supervisor_spec(changed(MINIMAL, "spec.dataSchema.dimensionsSpec", dimensions_spec))
+    assert spec.spec.data_schema.dimensions_spec.discovers is discovers
+    assert spec.spec.data_schema.dimensions_spec.use_schema_discovery is typed
+
+
+def test_dimensions_are_discovered_in_json_records_only():
+    payload = changed(MINIMAL, "spec.dataSchema.dimensionsSpec", {"dimensions": []})
+    error = spec_error(changed(payload, "spec.ioConfig.inputFormat", {"type": "csv", "columns": ["ts", "page"]}))
+    assert error.path == "spec"
+    assert error.message.startswith("dataSchema.dimensionsSpec: dimensions are discovered in JSON records only")

@@ -241,3 +241,8 @@ def test_finalize_aggregations_is_read_as_druid_reads_a_context_boolean():
     with pytest.raises(SqlError) as raised:
         translate(sql, {"finalizeAggregations": 0})
     assert raised.value.error_message == "Query context parameter [finalizeAggregations] must be a boolean, got 0"
+
+
+def test_a_query_without_dimensions_is_refused_rather_than_discovering_every_field():
+    assert "needs a column besides __time" in error(
+        f"INSERT INTO w SELECT TIME_PARSE(ts) AS __time, SUM(added) AS a FROM {EXTERN} GROUP BY 1 PARTITIONED BY DAY")

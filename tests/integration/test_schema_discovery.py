@@ -1,0 +1,108 @@
+"""Druid's dimension discovery on Spark: `dimensions: []` (schemaless, strings), `includeAllDimensions` and
+`useSchemaDiscovery` (typed at publish); persists that found different fields merge into one segment of all of them,
+and a batch task publishes them as its segments' dimensions, queryable in Druid SQL."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+from sluice.spec.data_schema import DataSchema
+from sluice.spec.granularity import parse_granularity
+from sluice.task.ingest_plan import compile_plan
+from sluice.task.pipeline import RowPipeline
+from tests.integration.harness import sql
+from tests.integration.test_batch_ingestion import ndjson, run, task
+
+pytestmark = pytest.mark.spark
+
+RAW_SCHEMA = "partition INT, offset BIGINT, timestamp TIMESTAMP, value BINARY"
+FIRST = [
+    {"ts": "2024-01-01T00:10:00Z", "page": "a", "country": "fr", "n": 1, "size": 3, "ratio": 1.5, "code": 7},
+    {"ts": "2024-01-01T00:20:00Z", "page": "a", "country": "fr", "n": 2, "size": 3, "ratio": 2, "code": 8},
+    {"ts": "2024-01-01T00:30:00Z", "page": "b", "n": 4, "secret": "s", "nested": {"x": 1}},
+]
+SECOND = [
+    {"ts": "2024-01-01T00:40:00Z", "page": "a", "country": "fr", "n": 8, "size": 3, "ratio": 1.5, "code": "x9"},
+    {"ts": "2024-01-01T00:50:00Z", "page": "b", "device": "phone", "n": 16, "size": None},
+]
+
+
+def merged(spark: SparkSession, tmp_path: Path, dimensions_spec: dict[str, Any],
+           transforms: list[dict[str, Any]] = ()) -> pq.ParquetFile:
+    """FIRST and SECOND persisted apart (rolled up at HOUR), merged into one segment."""
+    spec = {"dataSource": "d", "timestampSpec": {"column": "ts"}, "dimensionsSpec": dimensions_spec,
+            "metricsSpec": [{"type": "count", "name": "rows"}, {"type": "longSum", "name": "n", "fieldName": "n"}],
+            "granularitySpec": {"queryGranularity": "HOUR"}, "transformSpec": {"transforms": list(transforms)}}
+    p = RowPipeline(spark, compile_plan(DataSchema.model_validate(spec)))
+    persists = []
+    for i, events in enumerate((FIRST, SECOND)):
+        persists.append(tmp_path / f"persist-{i}")
+        records = spark.createDataFrame([(0, o, None, json.dumps(e).encode()) for o, e in enumerate(events)],
+                                        RAW_SCHEMA)
+        p.persist(records, persists[-1])
+    [segment] = p.merge(persists, parse_granularity("DAY"), 1000, tmp_path / "segment")
+    return pq.ParquetFile(segment.path)
+
+
+def rows_of(file: pq.ParquetFile) -> list[dict[str, Any]]:
+    return sorted(file.read().to_pylist(), key=lambda r: json.dumps(r, default=str, sort_keys=True))
+
+
+def test_schemaless_ingestion_makes_every_other_field_a_string_dimension_across_persists(spark, tmp_path):
+    file = merged(spark, tmp_path, {"dimensions": [], "dimensionExclusions": ["secret"]})
+    # the timestamp column and the metric's input are not dimensions; neither is an excluded field
+    assert file.schema_arrow.names == ["__time", "code", "country", "device", "nested", "page", "ratio", "size",
+                                       "rows", "n"]
+    assert all(str(file.schema_arrow.field(c).type) == "string" for c in ("code", "size", "ratio", "nested"))
+    rows = rows_of(file)
+    # a: the two fr rows with the same size, ratio 1.5, differ in code; b's two rows differ in device and nested
+    assert sorted(((r["page"], r["country"], r["code"], r["device"], r["nested"], r["rows"], r["n"]) for r in rows),
+                  key=str) == sorted([
+        ("a", "fr", "7", None, None, 1, 1), ("a", "fr", "8", None, None, 1, 2), ("a", "fr", "x9", None, None, 1, 8),
+        ("b", None, None, None, '{"x":1}', 1, 4), ("b", None, None, "phone", None, 1, 16)], key=str)
+
+
+def test_schema_discovery_types_a_column_long_or_double_when_every_value_is_one(spark, tmp_path):
+    file = merged(spark, tmp_path, {"dimensions": ["page"], "useSchemaDiscovery": True})
+    types = {f.name: str(f.type) for f in file.schema_arrow}
+    assert types["size"] == "int64" and types["ratio"] == "double"
+    assert types["code"] == "string"  # x9 is not a number
+    assert types["device"] == "string" and types["page"] == "string"
+    assert sum(r["rows"] for r in rows_of(file)) == 5
+
+
+def test_include_all_dimensions_keeps_the_listed_ones_first_and_a_transform_changes_a_discovered_value(
+        spark, tmp_path):
+    file = merged(spark, tmp_path, {"dimensions": [{"name": "size", "type": "long"}], "includeAllDimensions": True},
+                  [{"type": "expression", "name": "country", "expression": "upper(country)"},
+                   {"type": "expression", "name": "made", "expression": "concat(page, '!')"}])
+    names = file.schema_arrow.names
+    assert names[:2] == ["__time", "size"] and str(file.schema_arrow.field("size").type) == "int64"
+    assert "made" not in names  # a field a transform makes is not discovered, as in Druid
+    assert {r["country"] for r in rows_of(file)} == {"FR", None}
+
+
+def test_a_batch_task_publishes_the_discovered_dimensions_and_sql_reads_them(http):
+    events = [{"ts": f"2024-05-01T0{i % 3}:00:00Z", "channel": f"#c{i % 2}", "user": f"u{i % 5}", "added": i,
+               "size": i % 4} for i in range(40)]
+    payload = task("discovered", {"type": "inline", "data": ndjson(events)}, {"type": "json"})
+    payload["spec"]["dataSchema"]["dimensionsSpec"] = {"dimensions": [], "useSchemaDiscovery": True,
+                                                       "dimensionExclusions": ["deleted"]}
+    run(http, payload)
+    answer = sql(http, "SELECT channel, COUNT(DISTINCT \"user\") AS users, SUM(\"count\") AS n, SUM(size) AS s "
+                       "FROM discovered GROUP BY channel ORDER BY channel")
+    assert answer == [{"channel": f"#c{c}", "users": len({e["user"] for e in events if e["channel"] == f"#c{c}"}),
+                       "n": 20, "s": sum(e["size"] for e in events if e["channel"] == f"#c{c}")} for c in (0, 1)]
+    types = sql(http, "SELECT COLUMN_NAME, DATA_TYPE FROM INFORMATION_SCHEMA.COLUMNS WHERE TABLE_NAME = 'discovered' "
+                      "ORDER BY ORDINAL_POSITION")
+    assert [(t["COLUMN_NAME"], t["DATA_TYPE"]) for t in types] == [
+        ("__time", "TIMESTAMP"), ("channel", "VARCHAR"), ("size", "BIGINT"), ("user", "VARCHAR"), ("count", "BIGINT"),
+        ("added", "BIGINT"), ("deleted", "BIGINT")]
+    [segment] = sql(http, "SELECT \"dimensions\" FROM sys.segments WHERE datasource = 'discovered'")
+    assert json.loads(segment["dimensions"]) == ["channel", "size", "user"]
