@@ -248,3 +248,63 @@ def test_sys_supervisors_show_the_running_supervisors_health(node, http, kafka_b
         wait_for(lambda: sql(http, query) == [unhealthy], 60, "the supervisor's health in sys.supervisors")
     finally:
         http.post("/druid/indexer/v1/supervisor/no_stream/terminate")
+
+
+def test_sketches_pairs_and_discovered_dimensions_answer_alike_from_a_reading_task_and_after_handoff(
+        node, http, kafka_broker):
+    """A supervisor whose spec discovers its dimensions and keeps first/last pairs and sketches: the answers from the
+    reading task's persists (realtime) and from its published segments are the same, and exact."""
+    topic, ds = "wiki-sketches", "wiki_sketches"
+    kafka_broker.create_topic(topic, 2)
+    records = generate(6_000, seed=41)
+    produce(kafka_broker.bootstrap_servers, topic, records, 2)
+    spec = supervisor_spec(ds, topic, kafka_broker.bootstrap_servers, taskCount=1, taskDuration="PT1H")
+    schema = spec["spec"]["dataSchema"]
+    schema["dimensionsSpec"] = {"dimensions": ["channel"], "useSchemaDiscovery": True,
+                                "dimensionExclusions": ["cityName", "countryIsoCode", "countryName", "delta", "page"]}
+    schema["metricsSpec"] = [{"type": "count", "name": "count"},
+                             {"type": "thetaSketch", "name": "users", "fieldName": "user"},
+                             {"type": "HLLSketchBuild", "name": "users_hll", "fieldName": "user"},
+                             {"type": "longFirst", "name": "first_added", "fieldName": "added"},
+                             {"type": "longSum", "name": "deleted", "fieldName": "deleted"}]
+    spec["spec"]["tuningConfig"]["maxRowsInMemory"] = 2_000
+    assert http.post("/druid/indexer/v1/supervisor", json=spec).status_code == 200
+
+    valid = [r.event for r in records if r.kind == "valid"]
+    expected = []
+    for channel in sorted({e["channel"] for e in valid}):
+        mine = [e for e in valid if e["channel"] == channel]
+        earliest = min(e["time"] for e in mine)
+        expected.append({"channel": channel, "n": len(mine), "users": len({e["user"] for e in mine}),
+                         "firsts": sorted({e["added"] for e in mine if e["time"] == earliest}),
+                         "deleted": sum(e["deleted"] for e in mine)})
+    namespaces = Counter(e["namespace"] for e in valid)
+    query = (f'SELECT channel, SUM("count") AS n, APPROX_COUNT_DISTINCT_DS_THETA(users) AS users, '
+             f"APPROX_COUNT_DISTINCT_DS_HLL(users_hll) AS hll, EARLIEST(first_added) AS f, SUM(deleted) AS deleted "
+             f"FROM {ds} GROUP BY channel ORDER BY channel")
+
+    def answers() -> tuple[list[dict[str, Any]], dict[str, int]] | None:
+        response = http.post("/druid/v2/sql", json={"query": query})
+        if response.status_code != 200 or sum(r["n"] for r in response.json()) != len(valid):
+            return None
+        by_namespace = sql(http, f'SELECT namespace, SUM("count") AS n FROM {ds} GROUP BY namespace')
+        return response.json(), {r["namespace"]: r["n"] for r in by_namespace}
+
+    def check(found: tuple[list[dict[str, Any]], dict[str, int]]) -> None:
+        rows, by_namespace = found
+        assert [{"channel": r["channel"], "n": r["n"], "users": r["users"], "deleted": r["deleted"]} for r in rows] \
+            == [{k: v for k, v in e.items() if k != "firsts"} for e in expected]
+        assert all(r["f"] in e["firsts"] for r, e in zip(rows, expected))
+        assert all(abs(r["hll"] - e["users"]) <= max(2, 0.03 * e["users"]) for r, e in zip(rows, expected))
+        assert by_namespace == namespaces
+
+    check(wait_for(answers, 120, "every row queryable from the reading task"))
+    assert node.metadata.used_segments(ds) == []
+    http.post(f"/druid/indexer/v1/supervisor/{ds}/taskGroups/handoff", json={"taskGroupIds": [0]})
+    wait_for(lambda: node.metadata.used_segments(ds), 120, "the handoff")
+    check(wait_for(answers, 60, "the answers from the published segments"))
+    [segment] = {tuple(s.dimensions) for s in node.metadata.used_segments(ds)}
+    assert segment[0] == "channel" and {"namespace", "isRobot", "isNew"} <= set(segment)
+    # not the timestamp, an excluded field, an aggregator's input or output
+    assert not {"time", "cityName", "page", "user", "added", "deleted", "count"} & set(segment)
+    http.post(f"/druid/indexer/v1/supervisor/{ds}/terminate")
