@@ -348,14 +348,20 @@ def _view_sql(name: str, files: Sequence[SegmentFile]) -> str:
 def _scan(schema: pa.Schema, files: list[str], intervals: tuple[Interval, ...]) -> exp.Select:
     """The files' rows (only those within `intervals`, unless empty) with `__time` as a TIMESTAMP."""
     scan = exp.ReadParquet(expressions=[exp.array(*(exp.Literal.string(path) for path in files))])
-    star = exp.Star()
+    replaced: list[exp.Expr] = []
     time_type = schema.field(TIME_COLUMN).type if TIME_COLUMN in schema.names else None
     zoned = time_type is not None and pa.types.is_timestamp(time_type) and time_type.tz is not None
     if zoned:
         # make_timestamp(epoch_us(t)) is the same instant as CAST(t AS TIMESTAMP) in UTC, without ICU.
         micros = exp.Anonymous(this="EPOCH_US", expressions=[exp.column(TIME_COLUMN)])
-        star = exp.Star(replace=[exp.alias_(exp.Anonymous(this="MAKE_TIMESTAMP", expressions=[micros]), TIME_COLUMN)])
-    select = exp.select(star).from_(exp.Table(this=scan))
+        replaced.append(exp.alias_(exp.Anonymous(this="MAKE_TIMESTAMP", expressions=[micros]), TIME_COLUMN))
+    for field in schema:  # a json dimension is stored as the one-field struct {json: text}: read as JSON
+        if pa.types.is_struct(field.type) and [f.name for f in field.type] == ["json"]:
+            text = exp.Anonymous(this="STRUCT_EXTRACT", expressions=[exp.column(field.name, quoted=True),
+                                                                    exp.Literal.string("json")])
+            replaced.append(exp.alias_(exp.cast(text, exp.DataType.build("JSON", dialect="duckdb")), field.name,
+                                       quoted=True))
+    select = exp.select(exp.Star(replace=replaced) if replaced else exp.Star()).from_(exp.Table(this=scan))
     return select.where(_within(intervals, zoned)) if intervals else select
 
 

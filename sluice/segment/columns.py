@@ -8,7 +8,7 @@ import pyarrow as pa
 
 def parquet_column_types(schema: pa.Schema) -> dict[str, str]:
     """A segment file's columns as Druid's dimension types: integers long, 32-bit floats float, other floating
-    point double, everything else string."""
+    point double, a json dimension's struct json, everything else string."""
     types: dict[str, str] = {}
     for field in schema:
         if pa.types.is_integer(field.type):
@@ -17,6 +17,8 @@ def parquet_column_types(schema: pa.Schema) -> dict[str, str]:
             types[field.name] = "float"
         elif pa.types.is_floating(field.type):
             types[field.name] = "double"
+        elif pa.types.is_struct(field.type) and [f.name for f in field.type] == ["json"]:
+            types[field.name] = "json"
         else:
             types[field.name] = "string"
     return types

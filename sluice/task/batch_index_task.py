@@ -42,7 +42,7 @@ from sluice.spec.expressions import Lookups
 from sluice.spec.granularity import Granularity
 from sluice.spec.input_format import JsonInputFormat
 from sluice.task import actions
-from sluice.task.ingest_plan import TIME, IngestPlan, IntervalsWindow, compile_plan
+from sluice.task.ingest_plan import JSON_FIELD, TIME, IngestPlan, IntervalsWindow, compile_plan
 from sluice.task.meters import BUILD_SEGMENTS, SavedParseExceptions, ingestion_metrics
 from sluice.task.stats import RowStats
 from sluice.task.task import PayloadTaskSpec, TaskFailure, TaskStatus, random_id_part, run_to_status, write_task_file
@@ -349,7 +349,8 @@ def _chunks(intervals: list[Interval], granularity: Granularity) -> list[Interva
     return sorted(chunks)
 
 
-_ARROW_TYPES = {"string": pa.string(), "long": pa.int64(), "float": pa.float32(), "double": pa.float64()}
+_ARROW_TYPES = {"string": pa.string(), "long": pa.int64(), "float": pa.float32(), "double": pa.float64(),
+                "json": pa.struct([(JSON_FIELD, pa.string())])}
 
 
 def _write_empty_segment(path: Path, plan: IngestPlan, schema: Any) -> None:

@@ -355,8 +355,9 @@ def compile_plan(schema: DataSchema, flatten: FlattenSpec | None = None, lookups
     ddl = ", ".join([*(f"{q(name)} STRING" for name in sorted(json_fields or {"__any"})),
                      *([f"{q(corrupt)} STRING"] if corrupt else [])])
 
-    typed = {d.name: f"CAST({q(d.name)} AS {_DIMENSION_SQL_TYPE[d.type]})" for d in dimensions}
-    checks = [(d.name, typed[d.name]) for d in dimensions if d.type != "string"]
+    typed = {d.name: _json_sql(q(d.name)) if d.type == "json" else f"CAST({q(d.name)} AS {_DIMENSION_SQL_TYPE[d.type]})"
+             for d in dimensions}
+    checks = [(d.name, typed[d.name]) for d in dimensions if d.type not in ("string", "json")]
     for metric in aggregators:
         typed[f"__in_{metric.name}"] = metric.input_sql()
         if (check := metric.parse_check_sql()) is not None:
@@ -389,6 +390,18 @@ def _discovery(schema: DataSchema, aggregators: list[Aggregator]) -> Discovery:
     excluded |= {a.name for a in aggregators}.union(*(a.reads for a in aggregators))
     transformed = tuple(sorted(t.name for t in schema.transform_spec.transforms if t.name not in excluded))
     return Discovery(tuple(sorted(excluded)), spec.use_schema_discovery, transformed)
+
+
+#: a json dimension's column: Druid's nested column as a one-field struct of its JSON text, which the broker reads as
+#: JSON (a plain string column would be a string dimension)
+JSON_FIELD = "json"
+
+
+def _json_sql(raw: str) -> str:
+    """A json dimension's value from the field's text: JSON text (an object or array, as the readers write them, or a
+    number or boolean) as it is, any other text as a JSON string."""
+    value = f"to_json(coalesce(try_parse_json({raw}), CAST({raw} AS VARIANT)))"
+    return f"CASE WHEN {raw} IS NOT NULL THEN named_struct('{JSON_FIELD}', {value}) END"
 
 
 def _json_path(steps: list[str | int]) -> str:

@@ -106,3 +106,29 @@ def test_a_batch_task_publishes_the_discovered_dimensions_and_sql_reads_them(htt
         ("added", "BIGINT"), ("deleted", "BIGINT")]
     [segment] = sql(http, "SELECT \"dimensions\" FROM sys.segments WHERE datasource = 'discovered'")
     assert json.loads(segment["dimensions"]) == ["channel", "size", "user"]
+
+
+def test_a_json_dimension_is_queried_with_druids_json_functions(http):
+    """Druid's nested column (`"type": "json"`): objects, arrays, numbers and strings kept as JSON, grouped on, and
+    read by JSON_VALUE / JSON_QUERY in SQL; a compaction keeps the column json."""
+    events = [{"ts": "2024-05-02T01:00:00Z", "channel": "#a", "payload": {"user": {"name": "ann", "age": 31}}},
+              {"ts": "2024-05-02T02:00:00Z", "channel": "#a", "payload": {"user": {"name": "bob"}, "tags": [1, 2]}},
+              {"ts": "2024-05-02T03:00:00Z", "channel": "#b", "payload": "plain"},
+              {"ts": "2024-05-02T04:00:00Z", "channel": "#b", "payload": 7},
+              {"ts": "2024-05-02T05:00:00Z", "channel": "#b"}]
+    payload = task("nested", {"type": "inline", "data": ndjson(events)}, {"type": "json"})
+    payload["spec"]["dataSchema"]["dimensionsSpec"] = {"dimensions": ["channel", {"name": "payload", "type": "json"}]}
+    run(http, payload)
+    query = ("SELECT JSON_VALUE(payload, '$.user.name') AS name, JSON_VALUE(payload, '$.user.age' RETURNING BIGINT) "
+             "AS age, JSON_QUERY(payload, '$.tags') AS tags, SUM(\"count\") AS n FROM nested GROUP BY 1, 2, 3 "
+             "ORDER BY 1 NULLS FIRST")
+    expected = [{"name": None, "age": None, "tags": None, "n": 3}, {"name": "ann", "age": 31, "tags": None, "n": 1},
+                {"name": "bob", "age": None, "tags": [1, 2], "n": 1}]
+    assert sql(http, query) == expected
+    assert sql(http, "SELECT TO_JSON_STRING(payload) AS p FROM nested WHERE channel = '#b' ORDER BY __time") == [
+        {"p": '"plain"'}, {"p": "7"}, {"p": None}]
+    types = sql(http, "SELECT DATA_TYPE FROM INFORMATION_SCHEMA.COLUMNS WHERE TABLE_NAME = 'nested' AND "
+                      "COLUMN_NAME = 'payload'")
+    assert types == [{"DATA_TYPE": "COMPLEX<json>"}]
+    run(http, {"type": "compact", "dataSource": "nested", "interval": "2024-05-02/2024-05-03"})
+    assert sql(http, query) == expected

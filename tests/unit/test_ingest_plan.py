@@ -300,3 +300,11 @@ def test_the_combining_aggregator_reads_the_column_the_aggregator_wrote(written,
     assert combining_aggregator(written) == combining
     # and it is a spec the ingestion accepts
     plan(metricsSpec=[combining])
+
+
+def test_a_json_dimension_keeps_json_text_in_a_struct_the_broker_reads_as_json():
+    compiled = plan(dimensionsSpec={"dimensions": ["page", {"name": "payload", "type": "json"}]})
+    assert compiled.typed_columns["payload"] == (
+        "CASE WHEN `payload` IS NOT NULL THEN named_struct('json', "
+        "to_json(coalesce(try_parse_json(`payload`), CAST(`payload` AS VARIANT)))) END")
+    assert compiled.parse_checks == ()  # any text is a JSON value: a string, when nothing else

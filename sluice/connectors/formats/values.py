@@ -13,7 +13,8 @@ a string dimension, where Spark's CAST still reads it back:
 - timestamps (any unit, any time zone) and dates: epoch milliseconds, which is what Druid's Parquet, ORC and
   Avro readers hand the timestampSpec (`auto` and `millis` read it)
 - binary: base64, or UTF-8 text with `binaryAsString`
-- a struct of one binary field (a sketch column of a segment): the field's base64
+- a struct of one binary field (a sketch column of a segment): the field's base64; a struct of one string field
+  `json` (a json dimension of a segment): that JSON text
 - structs, maps and lists: compact JSON (`{"a":1}`, `[1,2]`) with the same leaf rules (timestamps as millis)
 """
 
@@ -59,6 +60,8 @@ def stringify(array: pa.Array | pa.ChunkedArray, binary_as_string: bool = False)
     if pa.types.is_struct(t) and t.num_fields == 1 and pa.types.is_binary(t.field(0).type):
         # a sketch as segments store one (a struct named after its kind): Base64, as Druid writes a sketch in JSON
         return _binary_text(pc.struct_field(array, [0]), False)
+    if pa.types.is_struct(t) and t.num_fields == 1 and t.field(0).name == "json" and pa.types.is_string(t.field(0).type):
+        return pc.struct_field(array, [0])  # a json dimension as segments store one: its JSON text
     if pa.types.is_nested(t):
         ready = _json_ready(array, binary_as_string).to_pylist(maps_as_pydicts="lossy")
         return pa.array([None if v is None else json.dumps(v, separators=(",", ":"), ensure_ascii=False,
