@@ -11,11 +11,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from sqlglot import exp
 
 from sluice.broker import native_query as q
 from sluice.broker.broker import Broker
 from sluice.broker.engine import QueryResult
+from sluice.broker.native_datasources import tables
 from sluice.broker.native_metadata import metadata_chunks, segment_metadata_result, segment_metadata_sql
+from sluice.broker.native_relations import Catalog, view
 from sluice.broker.native_results import shape
 from sluice.broker.native_sql import DataSourceView, translate
 from sluice.broker.errors import SqlError
@@ -77,10 +80,11 @@ class NativeQueryRunner:
         when the caller may not read its data source. With a `query_id`, `Broker.cancel(query_id)` stops the query
         while it runs."""
         query = parse_query(payload)
-        require(permissions, Resource.datasource(query.data_source), Action.READ)
-        source = self._view(query.data_source)
+        for table in tables(query.data_source):
+            require(permissions, Resource.datasource(table), Action.READ)
         context = sql_context(query.context, query_id)
         try:
+            source = view(query.data_source, Catalog(self._view, self._describe))
             if isinstance(query, q.SegmentMetadataQuery):
                 chunks = metadata_chunks(query, source)
                 return segment_metadata_result(query, chunks, self._sql(segment_metadata_sql(chunks, source), context))
@@ -92,6 +96,10 @@ class NativeQueryRunner:
         segments = tuple(self._broker.visible_segments().get(data_source, ()))
         schema = self._broker.sql(_COLUMNS_SQL, [{"type": "VARCHAR", "value": data_source}]).rows
         return DataSourceView(data_source, segments, [(name, kind) for name, kind in schema])
+
+    def _describe(self, statement: exp.Query) -> list[tuple[str, str]]:
+        result = self._broker.sql(exp.select(exp.Star()).from_(statement.subquery()).limit(0).sql(dialect="druid"))
+        return list(zip(result.columns, result.sql_types))
 
     def _sql(self, sql: str | None, context: Mapping[str, Any]) -> QueryResult | None:
         return None if sql is None else self._broker.sql(sql, (), context)

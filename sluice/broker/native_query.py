@@ -8,11 +8,13 @@ answer that silently differs from Druid's.
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BeforeValidator, Discriminator, Field, PlainValidator, Tag, model_validator
 
 from sluice.broker import native_sketches as sk
+from sluice.broker.native_datasources import DataSource, JoinDataSource, QueryDataSource, Table
 from sluice.broker.native_time import QueryGranularity
 from sluice.lookups.specs import MapLookupExtractorFactory
 from sluice.timestamps import MAX_INSTANT, MIN_INSTANT, EpochInterval, parse_instant, parse_interval
@@ -542,17 +544,8 @@ NotHaving.model_rebuild()
 # -------------------------------------------------------------------------------------------------------- queries
 
 
-def _table(value: Any) -> Any:
-    """A data source is a table name, or `{"type": "table", "name": …}`; joins, unions and subqueries are not read."""
-    if isinstance(value, dict) and value.get("type") == "table" and set(value) == {"type", "name"}:
-        return value["name"]
-    if isinstance(value, dict):
-        raise ValueError(f"only table data sources are supported, not {value.get('type')!r}")
-    return value
-
-
 class _Query(SpecModel):
-    data_source: Annotated[str, BeforeValidator(_table)]
+    data_source: DataSource
     context: dict[str, Any] = {}
 
 
@@ -648,6 +641,7 @@ ANALYSIS_TYPES = ("cardinality", "size", "interval", "aggregators", "minmax", "t
 
 class SegmentMetadataQuery(_Query):
     query_type: Literal["segmentMetadata"]
+    data_source: Table  # its answer is about segments, which only a table has
     intervals: Intervals | None = None
     to_include: ToInclude = ToInclude(type="all")
     merge: bool = False
@@ -659,6 +653,7 @@ class SegmentMetadataQuery(_Query):
 
 class DataSourceMetadataQuery(_Query):
     query_type: Literal["dataSourceMetadata"]
+    data_source: Table
     intervals: Intervals = (ETERNITY,)
 
 
@@ -685,3 +680,22 @@ NativeQuery = Annotated[
     ],
     Field(discriminator="query_type"),
 ]
+
+
+def _sub_query_type(value: Any) -> str:
+    """The tag of a query data source's query, written as a label so that an error names the user's field."""
+    kind = value.get("queryType") if isinstance(value, dict) else getattr(value, "query_type", None)
+    return f"queryType({kind})"
+
+
+#: the queries whose results a query data source reads as rows
+SubQuery = Annotated[
+    Union[Annotated[TimeseriesQuery, Tag("queryType(timeseries)")], Annotated[TopNQuery, Tag("queryType(topN)")],
+          Annotated[GroupByQuery, Tag("queryType(groupBy)")], Annotated[ScanQuery, Tag("queryType(scan)")]],
+    Discriminator(_sub_query_type, custom_error_type="query_type",
+                  custom_error_message="expected a timeseries, topN, groupBy or scan query"),
+]
+# A query data source holds a query, which holds a data source: the models refer to each other across modules.
+for _model in (QueryDataSource, JoinDataSource, TimeseriesQuery, TopNQuery, GroupByQuery, ScanQuery,
+               TimeBoundaryQuery, SegmentMetadataQuery, DataSourceMetadataQuery, SearchQuery):
+    _model.model_rebuild(_types_namespace={"q": sys.modules[__name__]})

@@ -55,6 +55,8 @@ class DataSourceView:
     name: str
     segments: Sequence[DataSegment] = ()
     schema: Sequence[tuple[str, str]] = ()  # (column, SQL type)
+    #: what the statement reads for a data source other than a table (see native_datasources); None: the table `name`
+    relation: exp.Expr | None = None
     columns: list[str] = field(init=False)
     dimensions: list[str] = field(init=False)
 
@@ -73,21 +75,29 @@ class DataSourceView:
 
     @property
     def exists(self) -> bool:
-        return bool(self.segments or self.schema)
+        return bool(self.segments or self.schema or self.relation)
 
 
 def translate(query: q.NativeQuery, source: DataSourceView) -> str | None:
     """The query as Druid SQL text, or None when the answer is known to be empty without reading anything."""
-    statement = _TRANSLATORS[type(query)](query, source)
-    return None if statement is None else statement.sql(dialect="druid")
+    tree = statement(query, source)
+    return None if tree is None else tree.sql(dialect="druid")
+
+
+def statement(query: q.NativeQuery, source: DataSourceView) -> exp.Expr | None:
+    """The query's statement as a tree, which a query data source nests in another query's."""
+    return _TRANSLATORS[type(query)](query, source)
 
 
 # ------------------------------------------------------------------------------------------------ statement parts
 
 
-def _source(source: DataSourceView) -> exp.Expr:
-    """The data source's table, or, for one that does not exist, an empty relation with a `__time` column so
-    that the statement still runs and aggregates over no rows (Druid answers such queries too)."""
+def source_relation(source: DataSourceView) -> exp.Expr:
+    """The data source's relation (a table, or a composite's derived table), or, for a table that does not exist, an
+    empty relation with a `__time` column so that the statement still runs and aggregates over no rows (Druid
+    answers such queries too)."""
+    if source.relation is not None:
+        return source.relation.copy()
     if source.exists:
         return exp.Table(this=exp.to_identifier(source.name, quoted=True))
     empty = exp.select(exp.alias_(exp.cast(exp.null(), exp.DType.TIMESTAMP), TIME, quoted=True)).where(exp.false())
@@ -176,7 +186,7 @@ def _timeseries(query: q.TimeseriesQuery, source: DataSourceView) -> exp.Expr:
     def part(kind: int, bucket_value: exp.Expr, part_where: exp.Expr | None, grouped: bool) -> exp.Select:
         head = [(KIND, exp.Literal.number(kind)), (BUCKET, bucket_value),
                 (FIRST, exp.Min(this=_column(TIME))), (ROWS, rows_in_bucket)]
-        return _select(head + aggregations, _source(source), part_where, [key] if grouped and key else ())
+        return _select(head + aggregations, source_relation(source), part_where, [key] if grouped and key else ())
 
     no_bucket = exp.cast(exp.null(), exp.DType.TIMESTAMP)
     parts = [part(ROW_KIND, key or no_bucket, where, grouped=True), part(EMPTY_KIND, no_bucket, exp.false(), False)]
@@ -218,7 +228,8 @@ def _topn(query: q.TopNQuery, source: DataSourceView) -> exp.Expr:
     key, value = _bucket(query.granularity), dimension_value(query.dimension, columns)
     head = [(BUCKET, key or exp.cast(exp.null(), exp.DType.TIMESTAMP)), (FIRST, exp.Min(this=_column(TIME))),
             (name, value)]
-    grouped = _select(head + aggregations, _source(source), all_of(intervals_condition(query.intervals), condition),
+    grouped = _select(head + aggregations, source_relation(source),
+                      all_of(intervals_condition(query.intervals), condition),
                       [g for g in (key, value) if g is not None])
     window = exp.Window(this=exp.Min(this=_column(FIRST)), partition_by=[_column(BUCKET)])
     outputs = with_post_aggregations(query.aggregations, query.post_aggregations, columns)
@@ -242,7 +253,7 @@ def _group_by(query: q.GroupByQuery, source: DataSourceView) -> exp.Expr:
     key = _bucket(query.granularity)
     keys = [g for g in (key, *(v for _, v in dimensions)) if g is not None]
     head = [(BUCKET, key or exp.cast(exp.null(), exp.DType.TIMESTAMP))]
-    grouped = _select(head + dimensions + aggregations, _source(source),
+    grouped = _select(head + dimensions + aggregations, source_relation(source),
                       all_of(intervals_condition(query.intervals), condition), keys)
     if not keys:  # no groups: no rows, rather than one row of empty aggregates
         grouped = grouped.having(exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(0)))
@@ -290,7 +301,7 @@ def _scan(query: q.ScanQuery, source: DataSourceView) -> exp.Expr:
     _check_unique(names, "columns")
     outputs = [(MILLIS, epoch_millis(_column(TIME)))] + [
         (name, epoch_millis(_column(TIME)) if name == TIME else columns.sql(name)) for name in names]
-    statement = _select(outputs, _source(source), all_of(intervals_condition(query.intervals), condition))
+    statement = _select(outputs, source_relation(source), all_of(intervals_condition(query.intervals), condition))
     if query.order_by:
         order = [_ordered(_column(MILLIS if o.column_name == TIME else o.column_name), o.order == "descending")
                  for o in query.order_by if o.order != "none"]
@@ -306,12 +317,12 @@ def _scan(query: q.ScanQuery, source: DataSourceView) -> exp.Expr:
 def _time_boundary(query: q.TimeBoundaryQuery, source: DataSourceView) -> exp.Expr:
     condition = None if query.filter is None else filter_condition(query.filter, Columns(source.columns))
     bounds = [("minTime", exp.Min(this=_column(TIME))), ("maxTime", exp.Max(this=_column(TIME)))]
-    return _select(bounds, _source(source), all_of(intervals_condition(query.intervals), condition))
+    return _select(bounds, source_relation(source), all_of(intervals_condition(query.intervals), condition))
 
 
 def _data_source_metadata(query: q.DataSourceMetadataQuery, source: DataSourceView) -> exp.Expr:
     outputs = [("maxIngestedEventTime", exp.Max(this=_column(TIME)))]
-    return _select(outputs, _source(source), intervals_condition(query.intervals))
+    return _select(outputs, source_relation(source), intervals_condition(query.intervals))
 
 
 def _search_dimensions(query: q.SearchQuery, source: DataSourceView) -> list[q.DefaultDimensionSpec]:
@@ -331,7 +342,7 @@ def _search(query: q.SearchQuery, source: DataSourceView) -> exp.Expr | None:
         value = columns.string(spec.dimension)
         outputs = [(BUCKET, key or exp.cast(exp.null(), exp.DType.TIMESTAMP)), (FIRST, exp.Min(this=_column(TIME))),
                    (DIMENSION, exp.Literal.string(spec.name)), (VALUE, value), (COUNT, exp.Count(this=exp.Star()))]
-        parts.append(_select(outputs, _source(source), all_of(where, search_condition(value, query.query)),
+        parts.append(_select(outputs, source_relation(source), all_of(where, search_condition(value, query.query)),
                              [g for g in (key, value) if g is not None]))
     return reduce(lambda a, b: exp.union(a, b, distinct=False), parts)
 

@@ -254,7 +254,7 @@ def test_every_statement_passes_the_sql_layers_sandbox(query: dict[str, Any]) ->
          "'selector', 'equals', 'in', 'bound', 'range', 'like', 'regex', 'null', 'and', 'or', 'not', 'interval', "
          "'columnComparison', 'expression', 'true', 'false', 'search'"),
         ({**BASE, "queryType": "scan", "dataSource": {"type": "join", "left": "a"}},
-         "dataSource: only table data sources are supported, not 'join'"),
+         "dataSource.right: Field required"),
     ],
 )
 def test_invalid_queries_are_rejected_naming_the_field(query: dict[str, Any], message: str) -> None:
