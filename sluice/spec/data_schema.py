@@ -53,7 +53,7 @@ def _pattern_letters(value: str) -> set[str]:
 DISCOVERS_JSON_ONLY = ("dataSchema.dimensionsSpec: dimensions are discovered in JSON records only (inputFormat json); "
                        "list the dimensions for this input")
 
-DimensionType = Literal["string", "long", "float", "double", "json"]
+DimensionType = Literal["string", "long", "float", "double", "json", "auto"]
 
 
 class DimensionSpec(SpecModel):

@@ -35,7 +35,8 @@ from sluice.timestamps import to_millis
 CORRUPT_COLUMN = "__corrupt"
 TIME = "__time"
 
-_DIMENSION_SQL_TYPE = {"string": "STRING", "long": "BIGINT", "float": "FLOAT", "double": "DOUBLE"}
+#: an `auto` dimension is text until publish, where its values say its type (see IngestPlan.inferred)
+_DIMENSION_SQL_TYPE = {"string": "STRING", "long": "BIGINT", "float": "FLOAT", "double": "DOUBLE", "auto": "STRING"}
 
 
 #: the Spark SQL type of each first/last aggregator's value
@@ -318,6 +319,8 @@ class IngestPlan:
     json_absent: tuple[str, ...] = ()
     #: dimensions found in the records, beside the listed ones
     discovery: Discovery | None = None
+    #: listed dimensions of type `auto`: typed at publish from their values, as useSchemaDiscovery's are
+    auto_dimensions: tuple[str, ...] = ()
 
     @property
     def metrics(self) -> list[str]:
@@ -355,9 +358,9 @@ def compile_plan(schema: DataSchema, flatten: FlattenSpec | None = None, lookups
     ddl = ", ".join([*(f"{q(name)} STRING" for name in sorted(json_fields or {"__any"})),
                      *([f"{q(corrupt)} STRING"] if corrupt else [])])
 
-    typed = {d.name: _json_sql(q(d.name)) if d.type == "json" else f"CAST({q(d.name)} AS {_DIMENSION_SQL_TYPE[d.type]})"
+    typed = {d.name: json_sql(q(d.name)) if d.type == "json" else f"CAST({q(d.name)} AS {_DIMENSION_SQL_TYPE[d.type]})"
              for d in dimensions}
-    checks = [(d.name, typed[d.name]) for d in dimensions if d.type not in ("string", "json")]
+    checks = [(d.name, typed[d.name]) for d in dimensions if d.type not in ("string", "json", "auto")]
     for metric in aggregators:
         typed[f"__in_{metric.name}"] = metric.input_sql()
         if (check := metric.parse_check_sql()) is not None:
@@ -381,6 +384,7 @@ def compile_plan(schema: DataSchema, flatten: FlattenSpec | None = None, lookups
         json_paths=tuple(sorted(paths.items())),
         json_absent=tuple(absent),
         discovery=_discovery(schema, aggregators) if schema.dimensions_spec.discovers else None,
+        auto_dimensions=tuple(d.name for d in dimensions if d.type == "auto"),
     )
 
 
@@ -397,7 +401,7 @@ def _discovery(schema: DataSchema, aggregators: list[Aggregator]) -> Discovery:
 JSON_FIELD = "json"
 
 
-def _json_sql(raw: str) -> str:
+def json_sql(raw: str) -> str:
     """A json dimension's value from the field's text: JSON text (an object or array, as the readers write them, or a
     number or boolean) as it is, any other text as a JSON string."""
     value = f"to_json(coalesce(try_parse_json({raw}), CAST({raw} AS VARIANT)))"

@@ -24,7 +24,15 @@ from sluice.connectors.records import ERROR, LOCATOR
 from sluice.spec.expressions import quote_identifier
 from sluice.spec.granularity import Granularity
 from sluice.task import sketch_udfs
-from sluice.task.ingest_plan import DISCOVERED, FIELDS_MAP, TIME, IngestPlan, IntervalsWindow, MessageWindow
+from sluice.task.ingest_plan import (
+    DISCOVERED,
+    FIELDS_MAP,
+    TIME,
+    IngestPlan,
+    IntervalsWindow,
+    MessageWindow,
+    json_sql,
+)
 from sluice.stream.kafka_ranges import KEY_ERROR, MESSAGE, METADATA_PREFIX
 from sluice.task.stats import RowStats
 
@@ -244,8 +252,9 @@ class RowPipeline:
         rows = self.spark.read.option("mergeSchema", plan.discovery is not None).parquet(
             *(str(d) for d in persist_dirs)).withColumn("__bucket", _bucket_millis(segment_granularity))
         discovered = sorted(c for c in rows.columns if c not in {TIME, "__bucket", *plan.dimensions, *plan.metrics})
-        if plan.discovery and plan.discovery.typed and discovered:
-            rows = _typed_discovered(rows, discovered)
+        inferred = [*plan.auto_dimensions, *(discovered if plan.discovery and plan.discovery.typed else [])]
+        if inferred:
+            rows = _inferred_types(rows, inferred)
         # one shuffle: rows partitioned by bucket are already clustered for a rollup whose keys include it
         rows = rows.repartition("__bucket")
         keys = _columns(TIME, *plan.dimensions, *discovered)
@@ -308,19 +317,27 @@ def _drawn_out(rows: DataFrame, keys: int) -> DataFrame:
                        *map(_column, rest[keys:]))
 
 
-def _typed_discovered(rows: DataFrame, discovered: list[str]) -> DataFrame:
-    """useSchemaDiscovery's types, from the values (one Spark job): a column whose every value is a whole number
-    is long, one whose every value is a number is double, any other (or one without a value) stays string."""
-    tests = {"BIGINT": "{} RLIKE '^-?[0-9]{{1,18}}$'", "DOUBLE": "TRY_CAST({} AS DOUBLE) IS NOT NULL"}
-    checks = [(name, kind, F.expr(f"count({column}) > 0 AND bool_and({column} IS NULL OR {test.format(column)})"))
-              for name in discovered for kind, test in tests.items()
-              for column in [quote_identifier(name)]]
+def _inferred_types(rows: DataFrame, columns: list[str]) -> DataFrame:
+    """Druid's `auto` typing of text columns, from their values (one Spark job): the least restrictive type that
+    holds every value (long, then double, then string), and json as soon as one value is a JSON object or array.
+    A column without a value stays string."""
+    tests = {
+        "BIGINT": "count({c}) > 0 AND bool_and({c} IS NULL OR {c} RLIKE '^-?[0-9]{{1,18}}$')",
+        "DOUBLE": "count({c}) > 0 AND bool_and({c} IS NULL OR TRY_CAST({c} AS DOUBLE) IS NOT NULL)",
+        "JSON": "coalesce(bool_or(({c} LIKE '{{%' OR {c} LIKE '[%') AND try_parse_json({c}) IS NOT NULL), FALSE)",
+    }
+    checks = [(name, kind, F.expr(test.format(c=quote_identifier(name)))) for name in columns
+              for kind, test in tests.items()]
     found = rows.select(*(check.alias(f"c{i}") for i, (_, _, check) in enumerate(checks))).first()
-    types: dict[str, str] = {}
-    for (name, kind, _), holds in zip(checks, found):
-        if holds:
-            types.setdefault(name, kind)  # BIGINT is tested first
-    return rows.withColumns({name: _column(name).cast(kind) for name, kind in types.items()})
+    holds = {(name, kind): bool(value) for (name, kind, _), value in zip(checks, found)}
+    typed: dict[str, Column] = {}
+    for name in columns:
+        kind = next((k for k in tests if holds[name, k]), None)
+        if kind == "JSON":
+            typed[name] = F.expr(json_sql(quote_identifier(name)))
+        elif kind is not None:
+            typed[name] = _column(name).cast(kind)
+    return rows.withColumns(typed)
 
 
 def _persist_result(observation: Observation) -> PersistResult:

@@ -74,7 +74,17 @@ def test_schema_discovery_types_a_column_long_or_double_when_every_value_is_one(
     assert types["size"] == "int64" and types["ratio"] == "double"
     assert types["code"] == "string"  # x9 is not a number
     assert types["device"] == "string" and types["page"] == "string"
+    assert types["nested"] == "struct<json: string>"  # a json column, as Druid's auto indexer makes one
     assert sum(r["rows"] for r in rows_of(file)) == 5
+
+
+def test_an_auto_dimension_is_typed_by_its_values_at_publish(spark, tmp_path):
+    auto = [{"name": name, "type": "auto"} for name in ("size", "ratio", "code", "nested", "device")]
+    file = merged(spark, tmp_path, {"dimensions": ["page", *auto]})
+    types = {f.name: str(f.type) for f in file.schema_arrow}
+    assert (types["size"], types["ratio"], types["code"], types["nested"], types["device"]) == (
+        "int64", "double", "string", "struct<json: string>", "string")
+    assert {r["nested"]["json"] for r in rows_of(file) if r["nested"]} == {'{"x":1}'}
 
 
 def test_include_all_dimensions_keeps_the_listed_ones_first_and_a_transform_changes_a_discovered_value(

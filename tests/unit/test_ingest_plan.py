@@ -308,3 +308,9 @@ def test_a_json_dimension_keeps_json_text_in_a_struct_the_broker_reads_as_json()
         "CASE WHEN `payload` IS NOT NULL THEN named_struct('json', "
         "to_json(coalesce(try_parse_json(`payload`), CAST(`payload` AS VARIANT)))) END")
     assert compiled.parse_checks == ()  # any text is a JSON value: a string, when nothing else
+
+
+def test_an_auto_dimension_is_text_until_its_values_type_it_at_publish():
+    compiled = plan(dimensionsSpec={"dimensions": ["page", {"name": "size", "type": "auto"}]})
+    assert compiled.typed_columns["size"] == "CAST(`size` AS STRING)"
+    assert compiled.auto_dimensions == ("size",) and compiled.parse_checks == ()

@@ -409,7 +409,7 @@ INVALID = [
      "spec.dataSchema.dimensionsSpec.forceSegmentSortByTime", "always sorted by __time first"),
     ("spec.dataSchema.dimensionsSpec", {"dimensions": [{"name": "tags", "multiValueHandling": "ARRAY"}]},
      "spec.dataSchema.dimensionsSpec.dimensions[0].multiValueHandling", "multi-value dimensions are not supported"),
-    ("spec.dataSchema.dimensionsSpec", {"dimensions": [{"name": "payload", "type": "auto"}]},
+    ("spec.dataSchema.dimensionsSpec", {"dimensions": [{"name": "payload", "type": "geo"}]},
      "spec.dataSchema.dimensionsSpec.dimensions[0].type", "'long'"),
     ("spec.dataSchema.dimensionsSpec", {"dimensions": ["page", "user", "page"]},
      "spec.dataSchema", "column 'page' is defined twice across dimensions and metrics"),
