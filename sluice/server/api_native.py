@@ -68,16 +68,31 @@ def _sorted(segments: list[DataSegment]) -> list[DataSegment]:
 
 
 def query_dimensions(payload: Any) -> dict[str, Any]:
-    """Druid's dataSource and type dimensions of a native query, from its JSON as written (a table's name, or for
-    other data sources their names printed as Java prints a list)."""
+    """Druid's dataSource and type dimensions of a native query, from its JSON as written: a table's name, or for
+    any other data source the tables it reads printed as Java prints a list (Druid's DataSourceUtil.getMetricName)."""
     if not isinstance(payload, dict):
         return {metrics.DATASOURCE: None, metrics.TYPE: None}
     source = payload.get("dataSource")
-    if isinstance(source, dict):
-        names = source.get("dataSources") if isinstance(source.get("dataSources"), list) else None
-        source = source.get("name") if names is None else f"[{', '.join(map(str, names))}]"
+    if isinstance(source, dict) and source.get("type") == "table":
+        source = source.get("name")
+    elif isinstance(source, dict):
+        source = f"[{', '.join(dict.fromkeys(_table_names(source)))}]"
     return {metrics.DATASOURCE: source if isinstance(source, str) else None,
             metrics.TYPE: payload.get("queryType") if isinstance(payload.get("queryType"), str) else None}
+
+
+def _table_names(source: Any) -> list[str]:
+    """The tables a data source's JSON reads: a union's, a join's sides', a query data source's query's."""
+    if isinstance(source, str):
+        return [source]
+    if not isinstance(source, dict):
+        return []
+    if source.get("type") == "table":
+        return [source["name"]] if isinstance(source.get("name"), str) else []
+    parts = [*(source.get("dataSources") or []), source.get("left"), source.get("right")]
+    if isinstance(source.get("query"), dict):
+        parts.append(source["query"].get("dataSource"))
+    return [name for part in parts if part is not None for name in _table_names(part)]
 
 
 def native_router(broker: Broker, metadata: MetadataStore,

@@ -18,7 +18,7 @@ from sluice.metadata.store import MetadataStore
 from sluice.segment.deep_storage import LocalDeepStorage
 from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
 from sluice.server.api_metrics import metrics_router
-from sluice.server.api_native import native_router
+from sluice.server.api_native import native_router, query_dimensions
 from sluice.server.api_sql import data_sources_dimension, sql_router
 
 DAY = datetime(2015, 9, 12, tzinfo=UTC)
@@ -120,3 +120,18 @@ def test_query_metrics_reach_the_prometheus_endpoint(served):
 ])
 def test_the_data_sources_of_a_sql_query_are_printed_as_druid_prints_them(sql, expected):
     assert data_sources_dimension(sql) == expected
+
+
+@pytest.mark.parametrize(("data_source", "metric_name"), [
+    ("wiki", "wiki"),
+    ({"type": "table", "name": "wiki"}, "wiki"),
+    ({"type": "union", "dataSources": ["a", "b"]}, "[a, b]"),
+    ({"type": "join", "left": {"type": "join", "left": "w", "right": "x", "rightPrefix": "x.", "condition": "c",
+                                "joinType": "LEFT"},
+      "right": {"type": "lookup", "lookup": "l"}, "rightPrefix": "r.", "condition": "c", "joinType": "INNER"}, "[w, x]"),
+    ({"type": "query", "query": {"queryType": "scan", "dataSource": "t"}}, "[t]"),
+    ({"type": "inline", "columnNames": ["a"], "rows": [[1]]}, "[]"),
+])
+def test_a_native_querys_data_source_dimension_names_the_tables_it_reads(data_source, metric_name):
+    assert query_dimensions({"queryType": "scan", "dataSource": data_source}) == {"dataSource": metric_name,
+                                                                                  "type": "scan"}
