@@ -19,7 +19,11 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
+from sluice.broker.bloom import BLOOM
 from sluice.broker.sketches import KINDS
+
+#: the complex types held as a one-field STRUCT of their bytes, written as Base64 in a result: sketches, Bloom filters
+COMPLEX_KINDS = (*KINDS, BLOOM)
 
 #: a pair's complex type by the DuckDB type id of its value
 PAIRS = {"bigint": "serializablePairLongLong", "double": "serializablePairLongDouble",
@@ -36,7 +40,7 @@ def arrow_complex_type(arrow_type: pa.DataType) -> str | None:
     fields = {arrow_type.field(i).name: arrow_type.field(i).type for i in range(arrow_type.num_fields)}
     if len(fields) == 1:
         [(name, kind)] = fields.items()
-        return name if name in KINDS and pa.types.is_binary(kind) else None
+        return name if name in COMPLEX_KINDS and pa.types.is_binary(kind) else None
     if fields.keys() == {"lhs", "rhs"} and fields["lhs"] == pa.int64():
         return PAIRS.get(_ARROW_PAIR_VALUES.get(fields["rhs"], ""))
     return None
@@ -49,7 +53,7 @@ def complex_type(duckdb_type: Any) -> str | None:
     children = dict(duckdb_type.children)
     if len(children) == 1:
         name = next(iter(children))
-        return name if name in KINDS else None
+        return name if name in COMPLEX_KINDS else None
     if children.keys() == {"lhs", "rhs"} and children["lhs"].id == "bigint":
         return PAIRS.get(children["rhs"].id)
     return None

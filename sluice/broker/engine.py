@@ -41,9 +41,9 @@ from sluice.broker.errors import SqlError
 from sluice.broker.limits import DEFAULT_MAX_RESULT_BYTES
 from sluice.broker.functions import Zone
 from sluice.broker.lookups import relation
-from sluice.broker import python_functions, sketches
-from sluice.broker.complex_types import arrow_complex_type, complex_type
-from sluice.broker.sketches import KINDS, to_base64
+from sluice.broker import bloom, python_functions, sketches
+from sluice.broker.complex_types import COMPLEX_KINDS, arrow_complex_type, complex_type
+from sluice.broker.sketches import to_base64
 from sluice.broker.sql import DUCKDB_SETTINGS, TIME_COLUMN, Translation, translate_query
 from sluice.broker.system_tables import SystemTable
 from sluice.lookups.references import LookupExtractor, LookupLoadError
@@ -311,6 +311,7 @@ def _deadline(cursor: duckdb.DuckDBPyConnection, timeout_ms: int) -> Iterator[No
 def register_python_functions(conn: duckdb.DuckDBPyConnection) -> None:
     """The functions translated queries call that run in Python (sketches…); a locked-down database takes them."""
     sketches.register(conn)
+    bloom.register(conn)
     python_functions.register(conn)
 
 
@@ -532,7 +533,7 @@ def _converter(duckdb_type: Any, zone: Zone | None) -> Callable[[Any], Any] | No
     kind = duckdb_type.id
     if _is_json(duckdb_type):  # a nested value, which the result writers write as JSON, not as text
         return json.loads
-    if complex_type(duckdb_type) in KINDS:  # a first/last pair stays an object: Druid writes {"lhs", "rhs"}
+    if complex_type(duckdb_type) in COMPLEX_KINDS:  # a first/last pair stays an object: Druid writes {"lhs", "rhs"}
         return to_base64
     if kind == "list":
         element = _converter(duckdb_type.child, zone)

@@ -314,10 +314,7 @@ SCALAR_FUNCTIONS: dict[str, DruidFunction] = {
 }
 
 # Druid functions Sluice refuses, and why; the reason ends the user's error message.
-_UNSUPPORTED = {
-    "BLOOM_FILTER": "Sluice has no Bloom filter extension",
-    "BLOOM_FILTER_TEST": "Sluice has no Bloom filter extension",
-}
+_UNSUPPORTED: dict[str, str] = {}
 # Names of DataSketches functions; those Sluice has (`sketch_functions.py`) are known before this is asked.
 _SKETCH_PREFIXES = ("HLL_SKETCH_", "THETA_SKETCH_", "DS_")
 

@@ -14,9 +14,11 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
+from sluice.broker import bloom
 from sluice.broker.calls import Call, DruidFunction, template
+from sluice.broker.complex_types import COMPLEX_KINDS
 from sluice.broker.errors import SqlError
-from sluice.broker.sketches import HISTOGRAM_BINS, HLL, KINDS, QUANTILES, QUANTILES_COUNT
+from sluice.broker.sketches import HISTOGRAM_BINS, HLL, QUANTILES, QUANTILES_COUNT
 
 _HLL_TYPES = ("HLL_4", "HLL_6", "HLL_8")
 _AGGREGATE = "sketch_aggregate"  # meta flag of a rewritten aggregate, whose ARRAY_AGG takes its FILTER
@@ -192,7 +194,7 @@ def _sketch_only(call: Call) -> exp.Expr:
     return _udf(call.name, call.args[0].copy())
 
 
-_BUILDS = {"DS_HLL", "DS_THETA", "DS_QUANTILES_SKETCH", "DS_TUPLE_DOUBLES", "DS_TUPLE_DOUBLES_UNION"}
+_BUILDS = {"DS_HLL", "DS_THETA", "DS_QUANTILES_SKETCH", "DS_TUPLE_DOUBLES", "DS_TUPLE_DOUBLES_UNION", "BLOOM_FILTER"}
 
 
 def _is_sketch(value: exp.Expr) -> bool:
@@ -207,15 +209,48 @@ def _decode_base64_complex(call: Call) -> exp.Expr:
     """DECODE_BASE64_COMPLEX(type, expr): a sketch from the Base64 text a result shows (or a sketch as it is, as the
     docs' example passes a subquery of one)."""
     kind = call.literal(0, "the complex type name")
-    if kind not in KINDS:
-        raise SqlError(f"{call.name} knows the complex types {', '.join(KINDS)}, not [{kind}]")
+    if kind not in COMPLEX_KINDS:
+        raise SqlError(f"{call.name} knows the complex types {', '.join(COMPLEX_KINDS)}, not [{kind}]")
     if _is_sketch(call.args[1]):
         return call.args[1].copy()
     decoded = exp.Anonymous(this="FROM_BASE64", expressions=[call.args[1].copy()])
     return exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier(kind, quoted=True), expression=decoded)])
 
 
+# --------------------------------------------------------------------------------------------------- Bloom filters
+
+
+def _bloom_filter(call: Call) -> exp.Expr:
+    """BLOOM_FILTER(expr, numEntries): numEntries a positive integer literal, as Druid's planner requires."""
+    if len(call.args) < 2:
+        raise SqlError(f"{call.name} needs numEntries, the number of entries the filter is sized for")
+    entries = call.integer(1, "numEntries", 1, 2**31 - 1)
+    return _aggregate("BLOOM_FILTER", call.args[0].copy(), exp.Literal.number(entries))
+
+
+def _bloom_filter_test(call: Call) -> exp.Expr:
+    """BLOOM_FILTER_TEST(expr, filter): the filter the Base64 text of a serialized BloomKFilter (a string literal,
+    checked here), or a filter already (a BLOOM_FILTER subquery)."""
+    value, given = call.args[0].copy(), call.args[1]
+    if isinstance(given, exp.Literal) and given.is_string:
+        try:
+            bloom.from_base64(given.name)
+        except ValueError as e:
+            raise SqlError(f"{call.name} needs the filter as the Base64 text of a serialized BloomKFilter, got "
+                           f"'{given.name}'") from e
+        decoded = exp.Anonymous(this="FROM_BASE64", expressions=[given.copy()])
+        given = exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier(bloom.BLOOM, quoted=True),
+                                                       expression=decoded)])
+    elif isinstance(given, (exp.Literal, exp.Null)):
+        raise SqlError(f"{call.name} needs the filter as a Base64 string literal, got {given.sql(dialect='druid')}")
+    else:
+        given = given.copy()
+    return _udf(call.name, value, given)
+
+
 SKETCH_FUNCTIONS: dict[str, DruidFunction] = {
+    "BLOOM_FILTER": DruidFunction(2, 2, _bloom_filter),
+    "BLOOM_FILTER_TEST": DruidFunction(2, 2, _bloom_filter_test),
     "DECODE_BASE64_COMPLEX": DruidFunction(2, 2, _decode_base64_complex),
     "DS_HLL": DruidFunction(1, 3, _ds_hll),
     "DS_THETA": DruidFunction(1, 2, lambda call: _aggregate("DS_THETA", call.args[0].copy(), _theta_size(call, 1))),

@@ -110,5 +110,5 @@ def test_a_sketch_read_back_from_its_base64_text_is_the_same_sketch(run: Any) ->
     assert _rows(run(f"SELECT HLL_SKETCH_ESTIMATE(DECODE_BASE64_COMPLEX('HLLSketch', '{text}'), true)")) == \
         _rows(run("SELECT HLL_SKETCH_ESTIMATE(DS_HLL(s), true) FROM t"))
     with pytest.raises(SqlError) as caught:
-        run(f"SELECT DECODE_BASE64_COMPLEX('bloom', '{text}')")
+        run(f"SELECT DECODE_BASE64_COMPLEX('KllDoublesSketch', '{text}')")
     assert caught.value.error_message.startswith("DECODE_BASE64_COMPLEX knows the complex types HLLSketch")

@@ -91,6 +91,9 @@ class Rows:
     values: tuple
 
 
+# BLOOM_FILTER(agent_category, 10) of the docs' example, for the group 'Game console'
+GAME_CONSOLE_BLOOM = "BAAAAAgAAAAAAAAAAAAAAAAAAAAAAAAAQAgAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAgBAAAAAAAAAAAAAAAA"
+
 REFUSED = Check("a 400 error", lambda value: False)  # the docs say the call fails
 
 
@@ -312,9 +315,11 @@ def _scalar() -> list[Case]:
         Case("NULLIF", OTHER, "NULLIF('MA', 'PR')", "MA", "different"),
         Case("NVL", OTHER, "NVL(CAST(NULL AS VARCHAR), 'No tail number')", "No tail number"),
         Case("NVL", OTHER, "NVL('N951DL', 'No tail number')", "N951DL", "not null"),
-        # Druid takes the filter as a Base64 literal; the docs give none, so the filter comes from BLOOM_FILTER.
+        # The filter as a Base64 literal: BLOOM_FILTER's example gives the filter of 'Game console' (10 entries).
+        Case("BLOOM_FILTER_TEST", OTHER, f"BLOOM_FILTER_TEST('Game console', '{GAME_CONSOLE_BLOOM}')", True),
+        Case("BLOOM_FILTER_TEST", OTHER, f"BLOOM_FILTER_TEST('Smart TV', '{GAME_CONSOLE_BLOOM}')", False, "absent"),
         Case("BLOOM_FILTER_TEST", OTHER, "BLOOM_FILTER_TEST('a', (SELECT BLOOM_FILTER(s, 10) FROM t))", True,
-             gap="missing: Sluice has no Bloom filter extension"),
+             "a filter BLOOM_FILTER built"),
         Case("DECODE_BASE64_COMPLEX", OTHER,
              "HLL_SKETCH_ESTIMATE(DECODE_BASE64_COMPLEX('HLLSketch', (SELECT DS_HLL(s) FROM t)), true)", 3),
     ]
@@ -406,7 +411,9 @@ def _aggregations() -> list[Case]:
             ("BIT_AND", "BIT_AND(n)", 0, "", ""),
             ("BIT_OR", "BIT_OR(n)", 7, "", ""),
             ("BIT_XOR", "BIT_XOR(n)", 1, "", ""),
-            ("BLOOM_FILTER", "BLOOM_FILTER(s, 10)", _base64(), "", "missing: Sluice has no Bloom filter extension"),
+            ("BLOOM_FILTER", "BLOOM_FILTER(s, 10)", _base64(), "", ""),
+            # the docs' example: the filter of the one value 'Game console', whichever rows add it
+            ("BLOOM_FILTER", "BLOOM_FILTER('Game console', 10)", GAME_CONSOLE_BLOOM, "the docs' filter", ""),
             ("DS_HLL", "DS_HLL(s)", _base64(), "", ""),
             ("DS_THETA", "DS_THETA(s)", _base64(), "", ""),
             ("DS_QUANTILES_SKETCH", "DS_QUANTILES_SKETCH(n)", _base64(), "", ""),
