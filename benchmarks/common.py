@@ -74,6 +74,11 @@ def machine() -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------------ numbers
 
+def ms(seconds: float | None) -> float | None:
+    """Seconds as milliseconds to 0.1 ms, as the figures are printed."""
+    return None if seconds is None else round(seconds * 1000, 1)
+
+
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The q-th percentile (0..100) by linear interpolation, as numpy's default; None for no values."""
     if not values:

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from common import emit, log, machine, percentile, ratio
+from common import emit, log, machine, ms, percentile, ratio
 
 START = datetime(2024, 1, 1, tzinfo=UTC)
 CHANNELS = 40
@@ -89,11 +89,7 @@ def timed(run: Callable[[], Any], reps: int) -> tuple[list[float], Any]:
 
 
 def figures(times: list[float]) -> dict[str, float | None]:
-    return {"p50_ms": _ms(percentile(times, 50)), "p95_ms": _ms(percentile(times, 95))}
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000, 1)
+    return {"p50_ms": ms(percentile(times, 50)), "p95_ms": ms(percentile(times, 95))}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -46,7 +46,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from common import emit, free_port, log, machine, percentile, ratio
+from common import emit, free_port, log, machine, ms, percentile, ratio
 
 DATA_SOURCE = "wikipedia"
 FIRST_DAY = datetime(2015, 9, 12, tzinfo=UTC)
@@ -309,7 +309,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     results: dict[str, Any] = {}
     for shape, by_engine in times.items():
-        stats = {name: {"p50_ms": _ms(percentile(samples, 50)), "p95_ms": _ms(percentile(samples, 95)),
+        stats = {name: {"p50_ms": ms(percentile(samples, 50)), "p95_ms": ms(percentile(samples, 95)),
                         "runs": len(samples), "same_result_as_duckdb": agree[shape][name]}
                  for name, samples in by_engine.items()}
         results[shape] = {
@@ -326,10 +326,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "shapes": results, "sql": {shape: sql["druid"] for shape, sql in queries.items()},
         "machine": machine(),
     }
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000, 1)
 
 
 def main() -> None:
