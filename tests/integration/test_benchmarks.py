@@ -23,16 +23,17 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("bench") / "results-smoke.json"
     # batch ingestion's benchmark is left out (3-4 minutes at smoke size; tests/integration/test_batch_*.py check
-    # its answers): `make bench-smoke` runs it
+    # its answers), and the memory benchmark (a node of its own for a minute, whose rows are counted as the
+    # ingestion benchmark's are): `make bench-smoke` runs them
     completed = subprocess.run([sys.executable, str(BENCHMARKS / "run_all.py"), "--smoke", "--out", str(out),
-                                "--only", "ingest,freshness,queries,memory,stages"],
+                                "--only", "ingest,freshness,queries,stages"],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1200)
     assert completed.returncode == 0, completed.stdout[-3000:]
     return json.loads(out.read_text())
 
 
 def test_every_benchmark_runs_at_smoke_size(smoke: dict[str, Any]) -> None:
-    assert set(smoke["results"]) == {"ingest", "freshness", "queries", "memory", "stages"}
+    assert set(smoke["results"]) == {"ingest", "freshness", "queries", "stages"}
     assert [name for name, result in smoke["results"].items() if "error" in result] == []
     # each of the issues' targets is judged (met or not), none left out for a missing figure
     targets = smoke["targets"]
@@ -71,13 +72,10 @@ def test_every_ingestion_run_holds_exactly_the_produced_events(smoke: dict[str, 
                 len(produced[name]), ingest["events"] - len(produced[name]), 0)
 
 
-def test_freshness_and_memory_runs_see_every_event(smoke: dict[str, Any]) -> None:
+def test_the_freshness_run_sees_every_event(smoke: dict[str, Any]) -> None:
     freshness = smoke["results"]["freshness"]
     assert freshness["sql_errors"] == 0, freshness["sql_error_sample"]
     assert freshness["events_visible"] == freshness["events_produced"] > 0
-    for run in smoke["results"]["memory"]["runs"]:
-        stats = run["row_stats"]
-        assert stats["processed"] + stats["unparseable"] == smoke["results"]["memory"]["events"]
 
 
 def test_the_query_engines_return_the_same_rows(smoke: dict[str, Any]) -> None:
