@@ -31,7 +31,7 @@ from sluice.emitter import NoopEmitter, ServiceEmitter, metrics
 from sluice.metadata.store import MetadataStore
 from sluice.logs import query_ids
 from sluice.security.access import Forbidden, require_query_context
-from sluice.server.request_log import RequestLogger, native_query_stats, request_identity
+from sluice.server.request_log import RequestLogger, native_query_stats, request_identity, table_names
 from sluice.segment.segment import DataSegment
 from sluice.server.auth import AccessDep, datasource_guard, state_guard
 
@@ -76,23 +76,9 @@ def query_dimensions(payload: Any) -> dict[str, Any]:
     if isinstance(source, dict) and source.get("type") == "table":
         source = source.get("name")
     elif isinstance(source, dict):
-        source = f"[{', '.join(dict.fromkeys(_table_names(source)))}]"
+        source = f"[{', '.join(dict.fromkeys(table_names(source)))}]"
     return {metrics.DATASOURCE: source if isinstance(source, str) else None,
             metrics.TYPE: payload.get("queryType") if isinstance(payload.get("queryType"), str) else None}
-
-
-def _table_names(source: Any) -> list[str]:
-    """The tables a data source's JSON reads: a union's, a join's sides', a query data source's query's."""
-    if isinstance(source, str):
-        return [source]
-    if not isinstance(source, dict):
-        return []
-    if source.get("type") == "table":
-        return [source["name"]] if isinstance(source.get("name"), str) else []
-    parts = [*(source.get("dataSources") or []), source.get("left"), source.get("right")]
-    if isinstance(source.get("query"), dict):
-        parts.append(source["query"].get("dataSource"))
-    return [name for part in parts if part is not None for name in _table_names(part)]
 
 
 def native_router(broker: Broker, metadata: MetadataStore,

@@ -273,7 +273,8 @@ class FileRequestLogger(RequestLogger):
             self._close()
 
 
-def _table_names(data_source: Any) -> list[str]:
+def table_names(data_source: Any) -> list[str]:
+    """The tables a native data source's JSON reads: a union's, a join's sides', a query data source's query's."""
     if isinstance(data_source, str):
         return [data_source]
     if not isinstance(data_source, Mapping):
@@ -284,7 +285,7 @@ def _table_names(data_source: Any) -> list[str]:
     for key in ("dataSources", "left", "right", "base", "query"):  # union, join, unnest/filter, query data sources
         inner = data_source.get(key)
         for part in inner if isinstance(inner, list) else [inner]:
-            names += _table_names(part.get("dataSource") if key == "query" and isinstance(part, Mapping) else part)
+            names += table_names(part.get("dataSource") if key == "query" and isinstance(part, Mapping) else part)
     return names
 
 
@@ -317,7 +318,7 @@ class LoggingRequestLogger(RequestLogger):
         context = query.get("context") if isinstance(query.get("context"), Mapping) else {}
         data_source = query.get("dataSource")
         mdc = {"queryId": str(context.get("queryId", "")), "sqlQueryId": str(context.get("sqlQueryId") or ""),
-               "dataSource": ",".join(_table_names(data_source)), "queryType": str(query.get("queryType", "")),
+               "dataSource": ",".join(table_names(data_source)), "queryType": str(query.get("queryType", "")),
                "isNested": str(not (isinstance(data_source, str) or (isinstance(data_source, Mapping)
                                                                      and data_source.get("type") == "table"))).lower(),
                "hasFilters": str(query.get("filter") is not None).lower(), "remoteAddr": remote_addr or ""}
