@@ -10,6 +10,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,dev]'
+	@echo "archiving Spark's classes for faster JVM starts (about a minute; log: $(VENV)/spark-archive.log)"
+	@$(VENV)/bin/sluice spark-archive > $(VENV)/spark-archive.log 2>&1 || \
+		echo "no class archive (see $(VENV)/spark-archive.log): Spark starts without it, only slower"
 	touch $(STAMP)
 
 install: $(STAMP)  ## a .venv with Sluice, Spark, the dev Kafka broker and the test tools
@@ -23,7 +26,7 @@ test-deps:  ## what the tests start besides Python: Java 17 for Spark, Debian's 
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
 
 test: install test-deps  ## the whole suite: unit tests, then real Kafka/Spark/SQLite/PostgreSQL/HTTP tests
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider --durations=40 $(PYTEST_ARGS)
 
 bench: install  ## ingestion, freshness, query latency, task memory and CPU per stage side by side, batch and stream jobs too (about an hour); writes benchmarks/results.json
 	$(PY) benchmarks/run_all.py $(ARGS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import uuid
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
@@ -450,9 +451,16 @@ def _columns(*names: str) -> list[Column]:
     return [_column(name) for name in names]
 
 
+#: sessions `warm_up` has run in: their JVM and Python workers stay warm for every node of the process
+_WARM: weakref.WeakSet[SparkSession] = weakref.WeakSet()
+
+
 def warm_up(spark: SparkSession, work_dir: Path) -> None:
-    """Run a small connector read, persist and merge once, so that the first read of the first task is not the one
-    that starts Spark's Python workers and compiles its code: a cold first job took ten times a warm one."""
+    """Run a small connector read, persist and merge once per session, so that the first read of the first task is
+    not the one that starts Spark's Python workers and compiles its code: a cold first job took ten times a warm
+    one."""
+    if spark in _WARM:
+        return
     from sluice.connectors.sources.inline import InlineSource
     from sluice.connectors.spark import ConnectorRead
     from sluice.spec.data_schema import DataSchema
@@ -477,3 +485,4 @@ def warm_up(spark: SparkSession, work_dir: Path) -> None:
             pipeline.persist(read.dataframe(), work_dir / f"persist-{rollup}", rollup, count_keys=not rollup)
     pipeline.merge([work_dir / "persist-True", work_dir / "persist-False"], parse_granularity("HOUR"), 1000,
                    work_dir / "staging")
+    _WARM.add(spark)
