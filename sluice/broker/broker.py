@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from sluice.broker import system_tables as sys_tables
 from sluice.broker.engine import ClippedFile, QueryResult, SegmentFile, SegmentFileGone, SqlEngine, complex_columns, \
-    table_columns
+    multi_value_columns, table_columns
 from sluice.broker.errors import SqlError
 from sluice.broker.intervals import overlaps_any
 from sluice.broker.loaded import LoadedDataSources
@@ -253,9 +253,8 @@ class Broker:
             return sys_tables.tables(sources)
         if table is sys_tables.COLUMNS:
             return sys_tables.columns({
-                source: [(name, sys_tables.sql_type(kind)) for name, kind in table_columns(
-                    [self._local_path(s) for s in snapshot.visible.get(source, [])]
-                    + [piece.path for piece in snapshot.realtime.get(source, [])])]
+                source: [(name, sys_tables.sql_type(kind))
+                         for name, kind in table_columns(self._paths(snapshot, source))]
                 for source in sources
             })
         if table is sys_tables.SEGMENTS:
@@ -274,6 +273,15 @@ class Broker:
         live = self._supervisors()  # a supervisor is named after the data source it writes
         return sys_tables.supervisors(s for s in (live if live is not None else self._stored_supervisors())
                                       if permissions.allows(Resource.datasource(s["id"]), Action.READ))
+
+    def multi_value_columns(self, data_source: str) -> set[str]:
+        """The columns some of the data source's visible files hold as multi-value strings."""
+        return multi_value_columns(self._paths(self._snapshot(), data_source))
+
+    def _paths(self, snapshot: _Snapshot, source: str) -> list[str]:
+        """The files of all the data source's visible segments and realtime pieces."""
+        return [self._local_path(s) for s in snapshot.visible.get(source, [])] + \
+            [piece.path for piece in snapshot.realtime.get(source, [])]
 
     def _stored_tasks(self) -> list[dict[str, Any]]:
         return [sys_tables.task_status(record) for record in self._metadata.list_tasks()]

@@ -6,7 +6,8 @@ the value>, named `serializablePairLong<Long|Double|Float|String>` after the val
 quantilesDoublesSketch column holds the one-field STRUCT of `sketches.py`. Druid's planner types a column from the
 segments' schema; here the Parquet schema of the files a query reads says it, and the translator marks each column
 reference that reads such a column (`mark_complex_columns`) so that EARLIEST reads the pair's value by the pair's
-time and APPROX_COUNT_DISTINCT merges the sketches, instead of taking the struct for a plain value.
+time and APPROX_COUNT_DISTINCT merges the sketches, instead of taking the struct for a plain value. Multi-value
+string columns are marked the same way, under another mark (`multi_value.py`).
 """
 
 from __future__ import annotations
@@ -78,47 +79,55 @@ def referenced_type(node: exp.Expr) -> str | None:
 
 def mark_complex_columns(statement: exp.Expr, columns: Mapping[str, Mapping[str, str]]) -> None:
     """Marks every column reference of `statement` that reads a complex column: of a data source (`columns` gives
-    each data source's complex columns by name), or a derived table's or CTE's output that is such a reference.
-
-    Scopes come innermost first, so a derived table's outputs are marked before the query reading them. A reference
-    is settled by the innermost scope that can say what it reads: the one holding its table qualifier (the outer
-    query, for a subquery's correlated reference), or, when it has none, the one it appears in."""
+    each data source's complex columns by name), or a derived table's or CTE's output that is such a reference."""
     if not any(columns.values()):
         return
     settled: set[int] = set()
     for scope in traverse_scope(statement):
-        sources = _selected_sources(scope)
-        for column in scope.columns:
-            qualifier = column.table
-            if id(column) in settled or (qualifier and qualifier not in sources):
-                continue
-            settled.add(id(column))
-            candidates = [sources[qualifier]] if qualifier else list(sources.values())
-            for _, source in candidates:
-                kind = _source_type(source, column.name, columns)
-                if kind is not None:
-                    column.meta[_MARK] = kind
-                    break
+        mark_scope_columns(scope, columns, _MARK, settled)
 
 
-def _source_type(source: exp.Table | Scope | Any, name: str, columns: Mapping[str, Mapping[str, str]]) -> str | None:
-    """The complex type of output `name` of a FROM source: a data source's column, or a derived table's or CTE's
-    output that reads one (through `*` as well)."""
+def mark_scope_columns(scope: Scope, columns: Mapping[str, Mapping[str, str]], mark: str, settled: set[int]) -> None:
+    """Marks (meta key `mark`) the column references of one scope that read a column of `columns` (by data source,
+    the kind of each column by name), directly or through a derived table's or CTE's output; `settled` holds the
+    references already settled by the scopes before.
+
+    Scopes come innermost first (`traverse_scope`), so a derived table's outputs are marked before the query reading
+    them. A reference is settled by the innermost scope that can say what it reads: the one holding its table
+    qualifier (the outer query, for a subquery's correlated reference), or, when it has none, the one it appears in."""
+    sources = selected_sources(scope)
+    for column in scope.columns:
+        qualifier = column.table
+        if id(column) in settled or (qualifier and qualifier not in sources):
+            continue
+        settled.add(id(column))
+        candidates = [sources[qualifier]] if qualifier else list(sources.values())
+        for _, source in candidates:
+            kind = source_type(source, column.name, columns, mark)
+            if kind is not None:
+                column.meta[mark] = kind
+                break
+
+
+def source_type(source: exp.Table | Scope | Any, name: str, columns: Mapping[str, Mapping[str, str]],
+                mark: str = _MARK) -> str | None:
+    """The kind of output `name` of a FROM source: a data source's column, or a derived table's or CTE's output that
+    is marked with `mark` (through `*` as well)."""
     if isinstance(source, exp.Table):
         return columns.get(source.name, {}).get(name)
     if not isinstance(source, Scope):  # UNNEST and other table functions hold no segment columns
         return None
     for projection in source.expression.selects:
         if projection.is_star:
-            for _, inner in _selected_sources(source).values():
-                if (kind := _source_type(inner, name, columns)) is not None:
+            for _, inner in selected_sources(source).values():
+                if (kind := source_type(inner, name, columns, mark)) is not None:
                     return kind
         elif projection.alias_or_name == name:
-            return referenced_type(projection.unalias())
+            return projection.unalias().meta.get(mark)
     return None
 
 
-def _selected_sources(scope: Scope) -> dict[str, tuple[exp.Expr, exp.Table | Scope]]:
+def selected_sources(scope: Scope) -> dict[str, tuple[exp.Expr, exp.Table | Scope]]:
     """The tables and derived tables a scope's FROM and JOINs read, by name (none when a name is used twice: DuckDB
     then refuses the query with its own message)."""
     try:

@@ -24,7 +24,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -43,6 +43,7 @@ from sluice.broker.functions import Zone
 from sluice.broker.lookups import relation
 from sluice.broker import bloom, python_functions, sketches
 from sluice.broker.complex_types import COMPLEX_KINDS, arrow_complex_type, complex_type
+from sluice.broker.multi_value import MULTI_VALUE, is_multi_value, is_output, row_value
 from sluice.broker.sketches import to_base64
 from sluice.broker.sql import DUCKDB_SETTINGS, TIME_COLUMN, Translation, translate_query
 from sluice.broker.system_tables import SystemTable
@@ -55,7 +56,9 @@ class QueryResult:
     columns: list[str]
     druid_types: list[str]  # LONG, FLOAT, DOUBLE, STRING, ARRAY<…>, COMPLEX<json>
     sql_types: list[str]  # BIGINT, DOUBLE, FLOAT, VARCHAR, TIMESTAMP, BOOLEAN, …
-    rows: list[tuple]  # timestamps naive in UTC, or aware in the query's sqlTimeZone when it has one
+    # timestamps naive in UTC, or aware in the query's sqlTimeZone when it has one; a multi-value string null, its one
+    # value or the list of its values (Druid's native value, which the SQL result writers write as JSON text)
+    rows: list[tuple]
 
 
 @dataclass(frozen=True)
@@ -332,13 +335,15 @@ def _view_sql(name: str, files: Sequence[SegmentFile]) -> str:
     column name.
 
     Grouping by schema here spares DuckDB's `union_by_name`, which reads every file's footer each time a query binds.
-    The partitions of one partially overshadowed time chunk share their visible intervals, hence one scan.
+    The partitions of one partially overshadowed time chunk share their visible intervals, hence one scan. A column
+    that some files hold as a multi-value string (a list) and others, older, as a plain string is read as a list.
     """
     groups: dict[tuple[pa.Schema, tuple[Interval, ...]], list[str]] = {}
     for file in files:
         intervals = () if isinstance(file, str) else file.intervals
         groups.setdefault((file_schema(_path(file)), intervals), []).append(_path(file))
-    scans = [_scan(schema, paths, intervals) for (schema, intervals), paths in groups.items()]
+    multi_value = multi_value_columns([_path(file) for file in files])
+    scans = [_scan(schema, paths, intervals, multi_value) for (schema, intervals), paths in groups.items()]
     query = scans[0]
     for scan in scans[1:]:
         query = exp.Union(this=query, expression=scan, distinct=False, by_name=True)
@@ -346,8 +351,10 @@ def _view_sql(name: str, files: Sequence[SegmentFile]) -> str:
     return exp.Create(this=view, kind="VIEW", expression=query).sql(dialect="duckdb")
 
 
-def _scan(schema: pa.Schema, files: list[str], intervals: tuple[Interval, ...]) -> exp.Select:
-    """The files' rows (only those within `intervals`, unless empty) with `__time` as a TIMESTAMP."""
+def _scan(schema: pa.Schema, files: list[str], intervals: tuple[Interval, ...],
+          multi_value: Collection[str]) -> exp.Select:
+    """The files' rows (only those within `intervals`, unless empty) with `__time` as a TIMESTAMP, and the
+    `multi_value` columns these files hold as plain strings as lists: a value v as [v], null as null."""
     scan = exp.ReadParquet(expressions=[exp.array(*(exp.Literal.string(path) for path in files))])
     replaced: list[exp.Expr] = []
     time_type = schema.field(TIME_COLUMN).type if TIME_COLUMN in schema.names else None
@@ -362,6 +369,11 @@ def _scan(schema: pa.Schema, files: list[str], intervals: tuple[Interval, ...]) 
                                                                     exp.Literal.string("json")])
             replaced.append(exp.alias_(exp.cast(text, exp.DataType.build("JSON", dialect="duckdb")), field.name,
                                        quoted=True))
+        elif field.name in multi_value and not is_multi_value(field.type):  # a plain string of an older segment
+            value = exp.column(field.name, quoted=True)
+            present = exp.Not(this=exp.Is(this=value, expression=exp.null()))
+            listed = exp.Case(ifs=[exp.If(this=present, true=exp.array(value.copy()))])
+            replaced.append(exp.alias_(listed, field.name, quoted=True))
     select = exp.select(exp.Star(replace=replaced) if replaced else exp.Star()).from_(exp.Table(this=scan))
     return select.where(_within(intervals, zoned)) if intervals else select
 
@@ -403,9 +415,17 @@ def _schema(path: str, _mtime_ns: int, _size: int) -> pa.Schema:
 
 
 def complex_columns(files: Sequence[SegmentFile]) -> dict[str, str]:
-    """The complex type (a first/last pair, a sketch) of each complex column these files hold, by column name."""
-    return {name: kind for name, arrow_type in table_columns([_path(file) for file in files])
-            if (kind := arrow_complex_type(arrow_type)) is not None}
+    """The complex type (a first/last pair, a sketch) of each complex column these files hold, and MULTI_VALUE for
+    each column that one of them holds as a multi-value string, by column name."""
+    paths = [_path(file) for file in files]
+    kinds = {name: kind for name, arrow_type in table_columns(paths)
+             if (kind := arrow_complex_type(arrow_type)) is not None}
+    return kinds | dict.fromkeys(multi_value_columns(paths), MULTI_VALUE)
+
+
+def multi_value_columns(files: Sequence[str]) -> set[str]:
+    """The columns some of these files hold as multi-value strings (others may hold them as plain strings)."""
+    return {column.name for path in files for column in file_schema(path) if is_multi_value(column.type)}
 
 
 def table_columns(files: Sequence[str]) -> list[tuple[str, pa.DataType]]:
@@ -490,6 +510,8 @@ def _is_json(duckdb_type: Any) -> bool:
 
 
 def _druid_type(duckdb_type: Any) -> tuple[str, str]:
+    if is_output(duckdb_type):  # a multi-value string: Druid SQL types it VARCHAR
+        return "STRING", "VARCHAR"
     if duckdb_type.id == "list":
         return f"ARRAY<{_druid_type(duckdb_type.child)[0]}>", "ARRAY"
     if (kind := complex_type(duckdb_type)) is not None:
@@ -533,6 +555,8 @@ def _converter(duckdb_type: Any, zone: Zone | None) -> Callable[[Any], Any] | No
     kind = duckdb_type.id
     if _is_json(duckdb_type):  # a nested value, which the result writers write as JSON, not as text
         return json.loads
+    if is_output(duckdb_type):
+        return row_value
     if complex_type(duckdb_type) in COMPLEX_KINDS:  # a first/last pair stays an object: Druid writes {"lhs", "rhs"}
         return to_base64
     if kind == "list":

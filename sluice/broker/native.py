@@ -95,7 +95,8 @@ class NativeQueryRunner:
     def _view(self, data_source: str) -> DataSourceView:
         segments = tuple(self._broker.visible_segments().get(data_source, ()))
         schema = self._broker.sql(_COLUMNS_SQL, [{"type": "VARCHAR", "value": data_source}]).rows
-        return DataSourceView(data_source, segments, [(name, kind) for name, kind in schema])
+        return DataSourceView(data_source, segments, [(name, kind) for name, kind in schema],
+                              multi_value=frozenset(self._broker.multi_value_columns(data_source)))
 
     def _describe(self, statement: exp.Query) -> list[tuple[str, str]]:
         result = self._broker.sql(exp.select(exp.Star()).from_(statement.subquery()).limit(0).sql(dialect="druid"))

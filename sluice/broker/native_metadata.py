@@ -86,6 +86,9 @@ def segment_metadata_sql(chunks: Sequence[Chunk], source: DataSourceView) -> str
                                exp.alias_(exp.Count(this=exp.Star()), HIDDEN + "rows", quoted=True)]
     for i, name in enumerate(_analysed(chunks)):
         value = columns.sql(name)
+        if name in source.multi_value:
+            outputs += _multi_value_statistics(value, f"{HIDDEN}{i}_")
+            continue
         # Druid counts the distinct values of strings only; those of a complex column (sketches…) are not counted
         complex_column = sql_types.get(name, "").startswith("COMPLEX<")
         distinct = exp.cast(exp.null(), exp.DType.BIGINT) if complex_column else exp.Count(
@@ -102,6 +105,19 @@ def segment_metadata_sql(chunks: Sequence[Chunk], source: DataSourceView) -> str
     if where is not None:
         statement = statement.where(where)
     return statement.group_by(case.copy()).sql(dialect="druid")
+
+
+def _multi_value_statistics(value: exp.Expr, prefix: str) -> list[exp.Expr]:
+    """A multi-value string column's distinct values (sorted, NULL first when a row has a null value), the rows with
+    a value, and whether a row has several: Druid's column capabilities then say it has multiple values."""
+    values = exp.Anonymous(this="ARRAY_CONCAT_AGG", expressions=[
+        exp.Distinct(expressions=[exp.Anonymous(this="MV_TO_ARRAY", expressions=[value.copy()])])])
+    length = exp.Anonymous(this="MV_LENGTH", expressions=[value.copy()])
+    some = exp.Case(ifs=[exp.If(this=exp.GT(this=length, expression=exp.Literal.number(0)), true=exp.true())])
+    several = exp.GT(this=exp.Max(this=length.copy()), expression=exp.Literal.number(1))
+    return [exp.alias_(values, f"{prefix}values", quoted=True),
+            exp.alias_(exp.Count(this=some), f"{prefix}count", quoted=True),  # an empty row has no value: null
+            exp.alias_(several, f"{prefix}multiple", quoted=True)]
 
 
 def _analysed(chunks: Sequence[Chunk]) -> list[str]:
@@ -133,10 +149,18 @@ def segment_metadata_result(query: q.SegmentMetadataQuery, chunks: Sequence[Chun
 
 def _column_analysis(query: q.SegmentMetadataQuery, name: str, row: dict[str, Any], index: int,
                      types: dict[str, str]) -> dict[str, Any]:
+    prefix = f"{HIDDEN}{index}_"
+    multiple = bool(row.get(prefix + "multiple"))
     if name == TIME:
         kind, has_nulls, cardinality, low, high = "LONG", False, None, None, None
+    elif prefix + "values" in row:  # a multi-value string: its values, not its rows, make its dictionary
+        found = row[prefix + "values"] or []
+        values = [value for value in found if value is not None]
+        kind, has_nulls = "STRING", row[prefix + "count"] < row[HIDDEN + "rows"] or len(values) < len(found)
+        cardinality = len(values) + has_nulls if "cardinality" in query.analysis_types else None
+        minmax = values and "minmax" in query.analysis_types
+        low, high = (values[0], values[-1]) if minmax else (None, None)
     else:
-        prefix = f"{HIDDEN}{index}_"
         kind = types[prefix + "min"]
         has_nulls = row[prefix + "count"] < row[HIDDEN + "rows"]
         string = kind == "STRING"
@@ -145,7 +169,7 @@ def _column_analysis(query: q.SegmentMetadataQuery, name: str, row: dict[str, An
         low, high = (row[prefix + "min"], row[prefix + "max"]) if minmax else (None, None)
     # a complex column (a first/last pair, a sketch) is typed COMPLEX<HLLSketch>, its type named HLLSketch
     name_of_type = kind.removeprefix("COMPLEX<").removesuffix(">") if kind.startswith("COMPLEX<") else kind
-    return {"typeSignature": kind, "type": name_of_type, "hasMultipleValues": False, "hasNulls": has_nulls,
+    return {"typeSignature": kind, "type": name_of_type, "hasMultipleValues": multiple, "hasNulls": has_nulls,
             "size": 0, "cardinality": cardinality, "minValue": low, "maxValue": high, "errorMessage": None}
 
 
@@ -180,6 +204,7 @@ def _merge(query: q.SegmentMetadataQuery, analyses: list[dict[str, Any]], chunks
             if merged["type"] != column["type"]:
                 merged["errorMessage"] = f"error:cannot_merge_diff_types: [{merged['type']}] and [{column['type']}]"
             merged["hasNulls"] = merged["hasNulls"] or column["hasNulls"]
+            merged["hasMultipleValues"] = merged["hasMultipleValues"] or column["hasMultipleValues"]
             if column["cardinality"] is not None:
                 merged["cardinality"] = max(merged["cardinality"] or 0, column["cardinality"])
             for key, pick in (("minValue", min), ("maxValue", max)):

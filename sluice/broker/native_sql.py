@@ -57,6 +57,8 @@ class DataSourceView:
     schema: Sequence[tuple[str, str]] = ()  # (column, SQL type)
     #: what the statement reads for a data source other than a table (see native_datasources); None: the table `name`
     relation: exp.Expr | None = None
+    #: the columns its segments hold as multi-value strings, which Druid SQL types VARCHAR like any string
+    multi_value: frozenset[str] = frozenset()
     columns: list[str] = field(init=False)
     dimensions: list[str] = field(init=False)
 
@@ -342,8 +344,10 @@ def _search(query: q.SearchQuery, source: DataSourceView) -> exp.Expr | None:
         value = columns.string(spec.dimension)
         outputs = [(BUCKET, key or exp.cast(exp.null(), exp.DType.TIMESTAMP)), (FIRST, exp.Min(this=_column(TIME))),
                    (DIMENSION, exp.Literal.string(spec.name)), (VALUE, value), (COUNT, exp.Count(this=exp.Star()))]
-        parts.append(_select(outputs, source_relation(source), all_of(where, search_condition(value, query.query)),
-                             [g for g in (key, value) if g is not None]))
+        grouped = _select(outputs, source_relation(source), all_of(where, search_condition(value, query.query)),
+                          [g for g in (key, value) if g is not None])
+        # a row of a multi-value dimension matches when one of its values does; only those values are answers
+        parts.append(grouped.having(search_condition(value.copy(), query.query), copy=False))
     return reduce(lambda a, b: exp.union(a, b, distinct=False), parts)
 
 

@@ -47,6 +47,10 @@ def render(
         head = [("name", result.columns)]
         head += [("type", result.druid_types)] * types_header + [("sqlType", result.sql_types)] * sql_types_header
     rows = [[_plain(value, kind) for value, kind in zip(row, result.druid_types)] for row in result.rows]
+    strings = [kind == "STRING" for kind in result.druid_types]
+    if any(strings):  # a multi-value string's values: always JSON text, as Druid's SqlResults.coerce writes them
+        rows = [[_json(value) if string and isinstance(value, list) else value for value, string in zip(row, strings)]
+                for row in rows]
     if stringify_arrays:  # only ARRAY columns: a COMPLEX<json> array stays a nested value
         arrays = [kind.startswith("ARRAY<") for kind in result.druid_types]
         rows = [[_json(value) if array and value is not None else value for value, array in zip(row, arrays)]

@@ -4,7 +4,8 @@ A query is parsed with sqlglot's Druid dialect, checked (one read-only statement
 system tables or CTEs, no table functions, no functions outside Druid's), rewritten on the AST (Druid's functions and
 time zone, Calcite's output names, the `druid` schema, system tables) and generated as DuckDB SQL. Before the rewrite,
 the column references that read a complex column (a first/last pair, a sketch) are marked, from what the caller says
-the data sources' files hold (`complex_types.py`): Druid's functions read such a column by its type. The query's text
+the data sources' files hold (`complex_types.py`): Druid's functions read such a column by its type; a query that
+reads a multi-value string column is rewritten to read it as Druid does (`multi_value.py`). The query's text
 is never rewritten as text; `EXPLAIN PLAN FOR` in front of it is only blanked out before parsing.
 
 Alongside the SQL, a translation says what the query reads: which data sources, over which intervals of `__time`
@@ -32,6 +33,7 @@ from sluice.broker.functions import TIME_COLUMN, DruidDialect, Session, Zone, is
     rewrite_druid_functions
 from sluice.broker.intervals import table_intervals, unite
 from sluice.broker.lookups import LOOKUP_SCHEMA, from_lookup_schema, read_lookups
+from sluice.broker.multi_value import MULTI_VALUE, rewrite_multi_value
 from sluice.broker.scalar_functions import constant_pi, unsupported_reason
 from sluice.broker.system_tables import DRUID_SCHEMA, SystemTable, find_system_table, is_system_schema
 from sluice.broker.time_groups import group_time_buckets
@@ -93,8 +95,9 @@ class Translation:
     python_functions: bool = False  # calls functions run in Python (sketches…), which the engine registers
 
 
-#: The Druid complex type (serializablePairLongLong, HLLSketch…) of each complex column of a data source, by column
-#: name, as the files a query reads of it hold them: the files over the given intervals of `__time`.
+#: The Druid complex type (serializablePairLongLong, HLLSketch…) of each complex column of a data source, and
+#: MULTI_VALUE for each multi-value string column, by column name, as the files a query reads of it hold them: the
+#: files over the given intervals of `__time`.
 ComplexColumns = Callable[[str, list[Interval]], Mapping[str, str]]
 _PYTHON_FUNCTIONS = sketches.FUNCTIONS | bloom.FUNCTIONS | python_functions.FUNCTIONS
 
@@ -112,7 +115,7 @@ def translate_query(sql: str, tables: Collection[str], context: Mapping[str, Any
     """Like `translate`, also saying what the query reads; `now` (default: the clock) is when the query is planned.
 
     `complex_columns` is asked once for each data source the query reads, in name order, once the query is checked
-    and before it is rewritten; without it, no column is taken for a complex one.
+    and before it is rewritten; without it, no column is taken for a complex or multi-value one.
     """
     query_context = context if isinstance(context, QueryContext) else QueryContext.parse(context)
     explain = _EXPLAIN.match(sql)
@@ -129,7 +132,11 @@ def translate_query(sql: str, tables: Collection[str], context: Mapping[str, Any
         intervals.setdefault(table.name, []).extend(table_intervals(table, zone, planned))
     united = {source: unite(found) for source, found in sorted(intervals.items())}
     if complex_columns is not None:
-        mark_complex_columns(statement, {source: complex_columns(source, found) for source, found in united.items()})
+        kinds = {source: complex_columns(source, found) for source, found in united.items()}
+        mark_complex_columns(statement, {source: {name: kind for name, kind in columns.items() if kind != MULTI_VALUE}
+                                         for source, columns in kinds.items()})
+        rewrite_multi_value(statement, {source: [name for name, kind in columns.items() if kind == MULTI_VALUE]
+                                        for source, columns in kinds.items()})
     constant_pi(statement)
     _name_projections(statement)
     rewrite_druid_functions(statement, query_context.session)

@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from sluice.broker.complex_types import arrow_complex_type
+from sluice.broker.multi_value import is_multi_value
 from sluice.metadata.store import TaskRecord
 from sluice.segment.segment import DataSegment, Interval, SegmentId
 from sluice.timestamps import format_timestamp
@@ -169,6 +170,8 @@ def sql_type(arrow_type: pa.DataType) -> str:
         return "FLOAT"
     if pa.types.is_floating(arrow_type) or pa.types.is_decimal(arrow_type):
         return "DOUBLE"
+    if is_multi_value(arrow_type):  # Druid SQL types a multi-value string VARCHAR
+        return "VARCHAR"
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
         return f"{sql_type(arrow_type.value_type)} ARRAY"
     kind = arrow_complex_type(arrow_type)  # a first/last pair or a sketch

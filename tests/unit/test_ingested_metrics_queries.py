@@ -23,9 +23,8 @@ from sluice.broker.broker import Broker
 from sluice.broker.engine import SqlEngine
 from sluice.broker.errors import SqlError
 from sluice.broker.native import NativeQueryRunner
-from sluice.metadata.store import MetadataStore
-from sluice.segment.deep_storage import LocalDeepStorage
-from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
+from sluice.segment.segment import Interval
+from tests.unit.published import broker_over
 
 DAY = datetime(2024, 1, 1, tzinfo=UTC)
 # (minutes into the day, channel, user, added, latency, page)
@@ -127,19 +126,9 @@ def deep_storage(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def broker(deep_storage: Path, tmp_path_factory: pytest.TempPathFactory) -> Broker:
-    root = tmp_path_factory.mktemp("broker")
-    store = MetadataStore(f"sqlite:///{root / 'metadata.db'}")
-    store.create_tables()
-    for hour in range(3):
-        path = deep_storage / f"hour-{hour}" / "index.parquet"
-        interval = Interval(DAY + timedelta(hours=hour), DAY + timedelta(hours=hour + 1))
-        segment = DataSegment(
-            id=SegmentId("metrics", interval, "v1", 0), dimensions=["channel"],
-            metrics=[m["name"] for m in METRICS], aggregators=METRICS, shard_spec=numbered_shard_spec(0),
-            num_rows=pq.read_metadata(path).num_rows, size=path.stat().st_size,
-            load_spec={"type": "local", "path": str(path)})
-        assert store.commit_segments_and_metadata([segment], "metrics", None, None).success
-    return Broker(store, LocalDeepStorage(deep_storage), root / "cache", SqlEngine(threads=1), snapshot_ttl_s=60)
+    files = [(deep_storage / f"hour-{hour}" / "index.parquet",
+              Interval(DAY + timedelta(hours=hour), DAY + timedelta(hours=hour + 1))) for hour in range(3)]
+    return broker_over(tmp_path_factory.mktemp("broker"), deep_storage, "metrics", files, ["channel"], METRICS)
 
 
 def _sql(broker: Broker, sql: str) -> list[tuple]:
