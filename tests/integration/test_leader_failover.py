@@ -59,7 +59,8 @@ def test_a_standby_takes_over_from_a_killed_leader_and_the_data_stays_exact(kafk
 
         for part in parts[1:]:
             def reading() -> bool:
-                payload = httpx.get(f"{leader.url}{TASKS}/supervisor/wiki_failover/status").json()["payload"]
+                # the report asks each task for its offsets: a peon still starting Spark answers late
+                payload = httpx.get(f"{leader.url}{TASKS}/supervisor/wiki_failover/status", timeout=30).json()["payload"]
                 return bool(payload["activeTasks"]) and all(t.get("currentOffsets") for t in payload["activeTasks"])
 
             wait_for(reading, 300, "the supervisor's tasks reading")

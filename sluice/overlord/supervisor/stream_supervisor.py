@@ -15,7 +15,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, Callable, TypeVar
 
@@ -465,8 +465,14 @@ class StreamSupervisor:
         now = self._clock()
         state, detailed = self.health()
         reading, ending = self._groups()
-        active = [self._task_report(t, g, "ACTIVE", now) for g in reading for t in sorted(g.task_ids)]
-        publishing = [self._task_report(t, g, "PUBLISHING", now) for g in ending for t in sorted(g.task_ids)]
+        tasks = [(t, g, "ACTIVE") for g in reading for t in sorted(g.task_ids)]
+        tasks += [(t, g, "PUBLISHING") for g in ending for t in sorted(g.task_ids)]
+        # the tasks are asked at once, as Druid's report does: a busy peon (one starting Spark) delays the report by
+        # its own answer, not by every task's
+        with ThreadPoolExecutor(max_workers=max(1, len(tasks)), thread_name_prefix="task-report") as pool:
+            reports = list(pool.map(lambda task: self._task_report(*task, now), tasks))
+        active = [r for r in reports if r["type"] == "ACTIVE"]
+        publishing = [r for r in reports if r["type"] == "PUBLISHING"]
         task_lags = [report["lag"] for report in active if report["lag"] is not None]
         lag = {p: min(l[p] for l in task_lags if p in l) for p in sorted({p for l in task_lags for p in l})}
         payload = {
