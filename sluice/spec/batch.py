@@ -195,6 +195,18 @@ class BatchTuningConfig(DruidRuntimeTuning):
 
     _defaults = defaults_only({"max_allowed_lock_count": (-1, "a task takes a lock on every time chunk it writes")})
 
+    @model_validator(mode="before")
+    @classmethod
+    def _deprecated_sub_tasks(cls, data: Any) -> Any:
+        """Druid's deprecated `maxNumSubTasks` is maxNumConcurrentSubTasks; both at once is refused, as Druid does."""
+        if isinstance(data, dict) and "maxNumSubTasks" in data:
+            if "maxNumConcurrentSubTasks" in data:
+                raise ValueError("Can't use both maxNumSubTasks and maxNumConcurrentSubTasks. "
+                                 "Use maxNumConcurrentSubTasks instead")
+            data = {("maxNumConcurrentSubTasks" if key == "maxNumSubTasks" else key): value
+                    for key, value in data.items()}
+        return data
+
     @model_validator(mode="after")
     def _rollup_fits_partitions(self) -> BatchTuningConfig:
         """Druid's ParallelIndexTuningConfig / IndexTask checks, with its messages."""

@@ -54,6 +54,7 @@ DISCOVERS_JSON_ONLY = ("dataSchema.dimensionsSpec: dimensions are discovered in 
                        "list the dimensions for this input")
 
 DimensionType = Literal["string", "long", "float", "double", "json", "auto"]
+MultiValueHandling = Literal["SORTED_ARRAY", "SORTED_SET", "ARRAY"]
 
 
 class DimensionSpec(SpecModel):
@@ -61,11 +62,17 @@ class DimensionSpec(SpecModel):
     type: DimensionType = "string"
     #: accepted because it only concerns Druid's bitmap indexes, which Parquet segments do not have
     create_bitmap_index: bool = True
-    multi_value_handling: str = "SORTED_ARRAY"
+    #: how a string dimension keeps a row's several values: sorted (SORTED_ARRAY), sorted without repeats
+    #: (SORTED_SET), or as they came (ARRAY); any case, as Druid's `MultiValueHandling.fromString`
+    multi_value_handling: MultiValueHandling = "SORTED_ARRAY"
     max_string_length: int | None = Field(None, exclude=True)  # only null: not written back
 
-    _defaults = defaults_only({"multi_value_handling": ("SORTED_ARRAY", "multi-value dimensions are not supported yet"),
-                               "max_string_length": (None, "strings are stored whole")})
+    _defaults = defaults_only({"max_string_length": (None, "strings are stored whole")})
+
+    @field_validator("multi_value_handling", mode="before")
+    @classmethod
+    def _upper_case(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
 
 
 class DimensionsSpec(SpecModel):
@@ -142,18 +149,26 @@ class NumericAggregatorSpec(_Aggregator):
     """count, sums, minimums and maximums: a number per row, combined by the same rule."""
 
     type: AggregatorType
+    #: a Druid expression over the row's fields, instead of fieldName (before it: fieldName's check reads it);
+    #: written only when given, as Druid writes it
+    expression: str | None = Field(None, exclude_if=lambda value: value is None)
     field_name: str | None = Field(None, validate_default=True)
-    expression: str | None = Field(None, exclude=True)  # only null: not written back
 
-    _defaults = defaults_only({"expression": (None, "expression aggregators are not supported yet; use a transform "
-                                                    "and fieldName")})
+    @field_validator("expression")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            compile_expression(value)
+        return value
 
     @field_validator("field_name")
     @classmethod
-    def _needs_field(cls, value: str | None, info: ValidationInfo) -> str | None:
-        kind = info.data.get("type")
-        if kind and kind != "count" and not value:
-            raise ValueError(f"{kind} needs fieldName (expression aggregators are not supported yet)")
+    def _field_or_expression(cls, value: str | None, info: ValidationInfo) -> str | None:
+        kind, expression = info.data.get("type"), info.data.get("expression")
+        if kind and kind != "count" and not value and not expression:
+            raise ValueError(f"{kind} needs fieldName or expression")
+        if value and expression:
+            raise ValueError(f"{kind} takes fieldName or expression, not both")
         return value
 
 

@@ -78,7 +78,7 @@ class JsonInputFormat(SpecModel):
 
 class _DelimitedFormat(SpecModel):
     columns: list[str] | None = None
-    #: the separator of a multi-value field; multi-value dimensions are not supported yet, so values keep it
+    #: the separator of a multi-value field's values (Druid's default: Ctrl-A)
     list_delimiter: str | None = None
     find_columns_from_header: bool = False
     #: Druid's deprecated name for findColumnsFromHeader

@@ -25,7 +25,7 @@ from sluice.spec.data_schema import (
     ThetaSketchAggregatorSpec,
     TimestampSpec,
 )
-from sluice.spec.expressions import Lookups
+from sluice.spec.expressions import CompiledExpression, Lookups, compile_expression
 from sluice.spec.expressions import quote_identifier as q
 from sluice.spec.expressions import string_literal
 from sluice.spec.input_format import FlattenSpec
@@ -57,6 +57,8 @@ class Aggregator:
     row is not rolled up, None when only an aggregation makes that form (a sketch)."""
 
     spec: AggregatorSpec
+    #: a numeric aggregator's `expression` (instead of fieldName), compiled over the row's fields
+    expression: CompiledExpression | None = None
 
     @property
     def name(self) -> str:
@@ -78,12 +80,13 @@ class Aggregator:
         """The typed per-row input value (nulls are ignored by the aggregation, as in SQL-compatible Druid)."""
         if self.spec.type == "count":
             return "CAST(1 AS BIGINT)"
-        return f"CAST({q(self.spec.field_name)} AS {self.sql_type})"
+        value = f"({self.expression.sql})" if self.expression else q(self.spec.field_name)
+        return f"CAST({value} AS {self.sql_type})"
 
     def parse_check_sql(self) -> str | None:
         """SQL that is NULL for a non-null raw input that does not parse (a processedWithError row), or None when
-        every input parses."""
-        return None if self.spec.type == "count" else self.input_sql()
+        every input parses (an expression's value is what it is, as Druid's)."""
+        return None if self.spec.type == "count" or self.expression else self.input_sql()
 
     def aggregate_sql(self, column: str, combining: bool) -> str:
         function = "sum" if self.spec.type == "count" else self.spec.type.removeprefix("long").removeprefix(
@@ -96,6 +99,8 @@ class Aggregator:
     @property
     def reads(self) -> set[str]:
         """The raw input fields."""
+        if self.expression:
+            return self.expression.columns
         return {self.spec.field_name} if self.spec.field_name else set()
 
 
@@ -216,11 +221,11 @@ class SketchAggregator(Aggregator):
         return None
 
 
-def aggregator(spec: AggregatorSpec) -> Aggregator:
+def aggregator(spec: AggregatorSpec, lookups: Lookups | None = None) -> Aggregator:
     if isinstance(spec, FirstLastAggregatorSpec):
         return FirstLastAggregator(spec)
     if isinstance(spec, NumericAggregatorSpec):
-        return Aggregator(spec)
+        return Aggregator(spec, compile_expression(spec.expression, lookups) if spec.expression else None)
     return SketchAggregator(spec)
 
 
@@ -321,6 +326,8 @@ class IngestPlan:
     discovery: Discovery | None = None
     #: listed dimensions of type `auto`: typed at publish from their values, as useSchemaDiscovery's are
     auto_dimensions: tuple[str, ...] = ()
+    #: listed dimensions of type `string`: any of them may be multi-valued (`multi_value_sql`)
+    string_dimensions: tuple[str, ...] = ()
 
     @property
     def metrics(self) -> list[str]:
@@ -343,7 +350,7 @@ def compile_plan(schema: DataSchema, flatten: FlattenSpec | None = None, lookups
     transforms = {t.name: t.compiled(lookups) for t in schema.transform_spec.transforms}
     transform_inputs = set().union(*(t.columns for t in transforms.values())) if transforms else set()
     dimensions = schema.dimensions_spec.dimensions
-    aggregators = [aggregator(m) for m in schema.metrics_spec]
+    aggregators = [aggregator(m, lookups) for m in schema.metrics_spec]
     filter_ = schema.transform_spec.filter
 
     referenced = {d.name for d in dimensions}.union(*(a.reads for a in aggregators))
@@ -358,8 +365,9 @@ def compile_plan(schema: DataSchema, flatten: FlattenSpec | None = None, lookups
     ddl = ", ".join([*(f"{q(name)} STRING" for name in sorted(json_fields or {"__any"})),
                      *([f"{q(corrupt)} STRING"] if corrupt else [])])
 
-    typed = {d.name: json_sql(q(d.name)) if d.type == "json" else f"CAST({q(d.name)} AS {_DIMENSION_SQL_TYPE[d.type]})"
-             for d in dimensions}
+    typed = {d.name: json_sql(q(d.name)) if d.type == "json" else
+             multi_value_sql(q(d.name), d.multi_value_handling) if d.type == "string" else
+             f"CAST({q(d.name)} AS {_DIMENSION_SQL_TYPE[d.type]})" for d in dimensions}
     checks = [(d.name, typed[d.name]) for d in dimensions if d.type not in ("string", "json", "auto")]
     for metric in aggregators:
         typed[f"__in_{metric.name}"] = metric.input_sql()
@@ -385,6 +393,7 @@ def compile_plan(schema: DataSchema, flatten: FlattenSpec | None = None, lookups
         json_absent=tuple(absent),
         discovery=_discovery(schema, aggregators) if schema.dimensions_spec.discovers else None,
         auto_dimensions=tuple(d.name for d in dimensions if d.type == "auto"),
+        string_dimensions=tuple(d.name for d in dimensions if d.type == "string"),
     )
 
 
@@ -394,6 +403,29 @@ def _discovery(schema: DataSchema, aggregators: list[Aggregator]) -> Discovery:
     excluded |= {a.name for a in aggregators}.union(*(a.reads for a in aggregators))
     transformed = tuple(sorted(t.name for t in schema.transform_spec.transforms if t.name not in excluded))
     return Discovery(tuple(sorted(excluded)), spec.use_schema_discovery, transformed)
+
+
+def multi_value_sql(raw: str, handling: str) -> str:
+    """A string dimension's value from the field's text. A JSON array (a multi-value field, as the readers write one)
+    is a multi-value in Druid's multiValueHandling: SORTED_ARRAY sorts its values, SORTED_SET sorts them and drops
+    repeats, ARRAY keeps them as they came. No value is null and one value that value, as Druid stores them; more are
+    the array's JSON text until publish, where the column becomes a list (`MULTI_VALUE_SQL`). Text that starts with
+    `[` but is no JSON array is a plain value."""
+    values = f"from_json({raw}, 'array<string>')"
+    ordered = {"SORTED_ARRAY": f"array_sort({values})", "SORTED_SET": f"array_sort(array_distinct({values}))",
+               "ARRAY": values}[handling]
+    # the array is parsed once, for the rows whose text starts with `[`
+    # (the lambda's variable is named as no field is: a dimension called `a` would be read as the variable)
+    return (f"CASE WHEN startswith({raw}, '[') THEN element_at(transform(array({ordered}), __values -> CASE "
+            f"WHEN __values IS NULL THEN {raw} WHEN size(__values) = 1 THEN __values[0] "
+            f"WHEN size(__values) > 1 THEN to_json(__values) END), 1) ELSE CAST({raw} AS STRING) END")
+
+
+#: whether a typed string dimension's value holds several (`multi_value_sql`): a persist observes it per dimension
+IS_MULTI_VALUE_SQL = "startswith({c}, '[') AND from_json({c}, 'array<string>') IS NOT NULL"
+#: a multi-value dimension's segment column, a list of strings, from its typed value
+MULTI_VALUE_SQL = ("CASE WHEN startswith({c}, '[') THEN coalesce(from_json({c}, 'array<string>'), array({c})) "
+                   "WHEN {c} IS NOT NULL THEN array({c}) END")
 
 
 #: a json dimension's column: Druid's nested column as a one-field struct of its JSON text, which the broker reads as

@@ -28,6 +28,8 @@ from sluice.task import sketch_udfs
 from sluice.task.ingest_plan import (
     DISCOVERED,
     FIELDS_MAP,
+    IS_MULTI_VALUE_SQL,
+    MULTI_VALUE_SQL,
     TIME,
     IngestPlan,
     IntervalsWindow,
@@ -40,6 +42,9 @@ from sluice.task.stats import RowStats
 if TYPE_CHECKING:
     from sluice.connectors.spark import ConnectorRead
 
+#: a persist's string dimensions of which a row held several values (a JSON list); Spark reads no file named `_…`
+MULTI_VALUES_FILE = "_multi_values.json"
+
 
 @dataclass(frozen=True)
 class PersistResult:
@@ -48,6 +53,8 @@ class PersistResult:
     parse_error_sample: str | None
     #: the estimated distinct rollup keys (queryGranularity time and dimensions) of the rows kept, if counted
     rollup_keys: int | None = None
+    #: the string dimensions of which a row held several values
+    multi_values: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -167,7 +174,10 @@ class RowPipeline:
             _write_persist(_drawn_out(self.spark.read.parquet(str(target)), len(self._persist_columns().keys)),
                            persist_dir)
             shutil.rmtree(target, ignore_errors=True)
-        return _persist_result(observation)
+        result = self._persist_result(observation)
+        if result.multi_values:  # beside the rows, for the merge at publish, also after a restore
+            (persist_dir / MULTI_VALUES_FILE).write_text(json.dumps(result.multi_values))
+        return result
 
     def write_segments(self, raw: DataFrame, segment_granularity: Granularity, max_rows_per_segment: int,
                        staging_dir: Path) -> tuple[PersistResult, list[SegmentFile]]:
@@ -187,7 +197,14 @@ class RowPipeline:
             "__bucket", _bucket_millis(segment_granularity))
         _write_buckets(self._aggregated(kept, True, "__bucket").repartition("__bucket"), max_rows_per_segment,
                        staging_dir)
-        return _persist_result(observation), _segment_files(staging_dir)
+        result = self._persist_result(observation)
+        if result.multi_values:  # known once the rows are read: the files are written again, the values as lists
+            lists = staging_dir.with_name(f"{staging_dir.name}-lists")
+            rows = _as_lists(self.spark.read.parquet(str(staging_dir)), result.multi_values)
+            _write_buckets(rows.repartition("__bucket"), max_rows_per_segment, lists)
+            shutil.rmtree(staging_dir)
+            lists.rename(staging_dir)
+        return result, _segment_files(staging_dir)
 
     def _observed(self, raw: DataFrame, count_keys: bool) -> tuple[DataFrame, Observation]:
         """The typed rows of `raw` (analysed once per DataFrame), with the row counters observed on them."""
@@ -196,6 +213,18 @@ class RowPipeline:
         c = self._persist_columns()
         observation = Observation(f"rowStats-{uuid.uuid4().hex}")
         return self._typed[1].observe(observation, *c.counters, *([c.rollup_keys] if count_keys else [])), observation
+
+    def _persist_result(self, observation: Observation) -> PersistResult:
+        metrics = observation.get
+        stats = RowStats(
+            processed=metrics["processed"],
+            processed_with_error=metrics["processedWithError"],
+            thrown_away=metrics["thrownAway"],
+            unparseable=metrics["unparseable"],
+            processed_bytes=metrics["processedBytes"],
+        )
+        multi_values = tuple(name for i, name in enumerate(self.plan.string_dimensions) if metrics[f"multiValue{i}"])
+        return PersistResult(stats, metrics["sample"], metrics.get("rollupKeys"), multi_values)
 
     def _persist_columns(self) -> _PersistColumns:
         """Built once: each column costs py4j round trips, and building them for every job delayed each job's
@@ -212,6 +241,8 @@ class RowPipeline:
                     F.count_if(F.expr(f"{kept} AND NOT __perr")).alias("processed"),
                     F.coalesce(F.sum("__bytes"), F.lit(0)).alias("processedBytes"),
                     F.min("__sample").alias("sample"),
+                    *(F.count_if(F.expr(f"{kept} AND {IS_MULTI_VALUE_SQL.format(c=q)}")).alias(f"multiValue{i}")
+                      for i, q in enumerate(map(quote_identifier, plan.string_dimensions))),
                 ],
                 rollup_keys=F.approx_count_distinct(F.when(F.expr(kept), F.xxhash64(
                     F.expr(plan.query_granularity_sql), *keys[1:]))).alias("rollupKeys"),
@@ -260,8 +291,12 @@ class RowPipeline:
         rows = rows.repartition("__bucket")
         keys = _columns(TIME, *plan.dimensions, *discovered)
         if plan.rollup:  # persists may hold rows not rolled up, and rows of two persists may combine
-            return rows.groupBy(F.col("__bucket"), *keys).agg(*(F.expr(a) for a in plan.rollup_aggregations(True)))
-        return rows.select("__bucket", *keys, *_columns(*plan.metrics))
+            rows = rows.groupBy(F.col("__bucket"), *keys).agg(*(F.expr(a) for a in plan.rollup_aggregations(True)))
+        else:
+            rows = rows.select("__bucket", *keys, *_columns(*plan.metrics))
+        multi_values = {name for d in persist_dirs if (d / MULTI_VALUES_FILE).exists()
+                        for name in json.loads((d / MULTI_VALUES_FILE).read_text())}
+        return _as_lists(rows, sorted(multi_values))
 
 
 class IngestPipeline(RowPipeline):
@@ -341,16 +376,9 @@ def _inferred_types(rows: DataFrame, columns: list[str]) -> DataFrame:
     return rows.withColumns(typed)
 
 
-def _persist_result(observation: Observation) -> PersistResult:
-    metrics = observation.get
-    stats = RowStats(
-        processed=metrics["processed"],
-        processed_with_error=metrics["processedWithError"],
-        thrown_away=metrics["thrownAway"],
-        unparseable=metrics["unparseable"],
-        processed_bytes=metrics["processedBytes"],
-    )
-    return PersistResult(stats, metrics["sample"], metrics.get("rollupKeys"))
+def _as_lists(rows: DataFrame, dimensions: Sequence[str]) -> DataFrame:
+    """`rows` with the multi-value `dimensions` as lists of strings: their segment columns."""
+    return rows.withColumns({name: F.expr(MULTI_VALUE_SQL.format(c=quote_identifier(name))) for name in dimensions})
 
 
 def _bucket_millis(segment_granularity: Granularity) -> Column:

@@ -236,6 +236,17 @@ def test_transforms_run_before_the_filter(spark, tmp_path):
         {"__time": ms("2024-01-01T01:00:00"), "countryUpper": "SAN SERRIFFE", "n": 30}]
 
 
+def test_an_aggregator_expression_reads_the_fields_and_the_transformed_columns(spark):
+    """Druid's `expression` on a numeric aggregator, instead of fieldName: over the row after its transforms."""
+    p = pipeline(spark, granularitySpec={"queryGranularity": "DAY"},
+                 transformSpec={"transforms": [{"type": "expression", "name": "net", "expression": "added - deleted"}]},
+                 metricsSpec=[{"type": "longSum", "name": "doubled", "expression": "net * 2"},
+                              {"type": "doubleMax", "name": "ratio", "expression": "added / (deleted + 1.0)"}])
+    assert ingest(p, [event("2024-01-01T01:00:00Z", page="a", added=5, deleted=1),
+                      event("2024-01-01T02:00:00Z", page="a", added=9, deleted=3)]) == [
+        {"__time": ms("2024-01-01T00:00:00"), "page": "a", "doubled": 20, "ratio": 2.5}]
+
+
 def test_a_time_transform_is_applied_before_query_granularity(spark):
     p = pipeline(spark, granularitySpec={"queryGranularity": "HOUR"}, metricsSpec=[{"type": "count", "name": "count"}],
                  transformSpec={"transforms": [{"type": "expression", "name": "__time",

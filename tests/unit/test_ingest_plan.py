@@ -15,7 +15,7 @@ import sqlglot
 
 from sluice.spec.data_schema import AggregatorType, DataSchema, TimestampSpec
 from sluice.task.compact_task import combining_aggregator
-from sluice.task.ingest_plan import IngestPlan, compile_plan, joda_to_spark_pattern, timestamp_sql
+from sluice.task.ingest_plan import IngestPlan, compile_plan, joda_to_spark_pattern, multi_value_sql, timestamp_sql
 
 
 def plan(**data_schema: Any) -> IngestPlan:
@@ -159,7 +159,9 @@ def typed(con: duckdb.DuckDBPyConnection, compiled: IngestPlan, rows: list[tuple
     """Raw rows loaded into `raw`, and the plan's typed columns over them as a subquery."""
     con.execute("CREATE OR REPLACE TEMP TABLE raw (page VARCHAR, v VARCHAR)")
     con.executemany("INSERT INTO raw VALUES (?, ?)", rows)
-    columns = ", ".join(f"{sqlglot.transpile(sql, read='spark', write='duckdb')[0]} AS \"{name}\""
+    # a string dimension as it is: its multi-value parse is Spark's from_json (tests/integration/test_multi_value.py)
+    columns = ", ".join(f'"{name}"' if name in compiled.string_dimensions else
+                        f"{sqlglot.transpile(sql, read='spark', write='duckdb')[0]} AS \"{name}\""
                         for name, sql in compiled.typed_columns.items())
     return f"(SELECT {columns} FROM raw)"
 
@@ -194,12 +196,13 @@ def test_typed_dimension_columns():
                                                    {"name": "score", "type": "double"},
                                                    {"name": "user", "type": "string"}]})
     assert compiled.typed_columns == {
-        "page": "CAST(`page` AS STRING)",
+        "page": multi_value_sql("`page`", "SORTED_ARRAY"),
         "views": "CAST(`views` AS BIGINT)",
         "ratio": "CAST(`ratio` AS FLOAT)",
         "score": "CAST(`score` AS DOUBLE)",
-        "user": "CAST(`user` AS STRING)",
+        "user": multi_value_sql("`user`", "SORTED_ARRAY"),
     }
+    assert compiled.string_dimensions == ("page", "user")
     # a string takes any value; a number that does not parse is ingested as null and counted processedWithError
     assert compiled.parse_checks == (("views", "CAST(`views` AS BIGINT)"), ("ratio", "CAST(`ratio` AS FLOAT)"),
                                      ("score", "CAST(`score` AS DOUBLE)"))
@@ -314,3 +317,22 @@ def test_an_auto_dimension_is_text_until_its_values_type_it_at_publish():
     compiled = plan(dimensionsSpec={"dimensions": ["page", {"name": "size", "type": "auto"}]})
     assert compiled.typed_columns["size"] == "CAST(`size` AS STRING)"
     assert compiled.auto_dimensions == ("size",) and compiled.parse_checks == ()
+
+
+
+def test_a_numeric_aggregator_reads_an_expression_instead_of_a_field():
+    """The row's value is the expression's, cast to the aggregator's type (summed on Spark in test_pipeline.py)."""
+    compiled = plan(metricsSpec=[{"type": "longSum", "name": "total", "expression": "added + deleted"}])
+    assert {"added", "deleted"} <= set(compiled.fields) and compiled.parse_checks == ()
+    assert compiled.typed_columns["__in_total"].startswith("CAST((") and "`added`" in compiled.typed_columns[
+        "__in_total"]
+
+
+@pytest.mark.parametrize(("metric", "error"), [
+    ({"type": "longSum", "name": "t"}, "longSum needs fieldName or expression"),
+    ({"type": "longSum", "name": "t", "fieldName": "a", "expression": "a * 2"}, "not both"),
+    ({"type": "doubleMax", "name": "t", "expression": "a +"}, "ends unexpectedly"),
+])
+def test_a_numeric_aggregator_takes_a_field_or_an_expression(metric, error):
+    with pytest.raises(ValueError, match=error):
+        plan(metricsSpec=[metric])

@@ -177,6 +177,19 @@ def test_tsv_with_a_multi_character_delimiter():
     assert read(spec, ["a", "b"], b"1||2\n||x|y\n") == [row("f:1", a="1", b="2"), row("f:2", a=None, b="x|y")]
 
 
+def test_a_value_holding_the_list_delimiter_is_several_values_as_a_json_list():
+    """Druid's listDelimiter (Ctrl-A unless given) splits a value into a multi-value: the rows' parse reads it as a
+    JSON list, as it reads a JSON record's array."""
+    assert read(CSV, ["ts", "page", "added"], b"2024,a\x01b\x01a,1\n2024,plain,2\n", "f") == [
+        row("f:1", ts="2024", page='["a", "b", "a"]', added="1"), row("f:2", ts="2024", page="plain", added="2")]
+    tsv = {"type": "tsv", "columns": ["ts", "page"], "listDelimiter": "|"}
+    assert record_parser(fmt(tsv), ["ts", "page"]).parse_values([b"2024\tx|y", b"2024\tz"], ["o=1", "o=2"]
+                                                                ).to_pylist() == [
+        row("o=1", ts="2024", page='["x", "y"]'), row("o=2", ts="2024", page="z")]
+    regex = {"type": "regex", "pattern": "(\\d+) (.*)", "columns": ["ts", "page"], "listDelimiter": ","}
+    assert read(regex, ["ts", "page"], b"2024 a,b\n", "r") == [row("r:1", ts="2024", page='["a", "b"]')]
+
+
 def test_csv_kafka_messages_are_one_row_each():
     parser = record_parser(fmt(CSV), ["ts", "page"])
     batch = parser.parse_values([b"2024,Main,1\n", None, b'2024,"open'], ["o=1", "o=2", "o=3"])

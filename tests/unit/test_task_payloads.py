@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from sluice.spec.batch import BatchTuningConfig
 from sluice.spec.supervisor import parse_supervisor_spec
 from sluice.task.batch_index_task import BatchIndexTaskSpec
 from sluice.task.kafka_index_task import KafkaIndexTaskSpec
@@ -61,3 +62,9 @@ def test_a_batch_task_without_an_id_gets_druids_kind_of_id_and_round_trips() -> 
     assert (spec.group_id, spec.data_source, spec.priority) == (spec.id, "wiki", 60)
     again = task_from_json(spec.to_json())
     assert (again.id, again.payload.spec, again.priority) == (spec.id, spec.payload.spec, 60)
+
+
+def test_druids_deprecated_max_num_sub_tasks_is_max_num_concurrent_sub_tasks() -> None:
+    assert BatchTuningConfig.model_validate({"maxNumSubTasks": 3}).max_num_concurrent_sub_tasks == 3
+    with pytest.raises(ValueError, match="Can't use both maxNumSubTasks and maxNumConcurrentSubTasks"):
+        BatchTuningConfig.model_validate({"maxNumSubTasks": 3, "maxNumConcurrentSubTasks": 2})

@@ -3,6 +3,7 @@ and how a column-shaped batch is put together."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import BinaryIO, Protocol
 
@@ -51,6 +52,23 @@ def column_batch(schema: pa.Schema, locators: pa.Array, errors: pa.Array | None,
         column = columns.get(field.name)
         arrays.append(pa.nulls(n, pa.string()) if column is None else column)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+#: Druid's listDelimiter when a csv, tsv or regex inputFormat names none (Ctrl-A)
+LIST_DELIMITER = "\x01"
+
+
+def split_lists(batch: pa.RecordBatch, delimiter: str) -> pa.RecordBatch:
+    """Druid's listDelimiter: a field's value that holds it is several values, written as their JSON list (how every
+    reader gives a multi-value field to the rows' parse). Only the few such values go through Python."""
+    arrays = list(batch.columns)
+    for i in range(2, len(arrays)):
+        holds = pc.match_substring(arrays[i], delimiter)
+        if pc.any(holds).as_py():
+            split = [json.dumps(v.split(delimiter), ensure_ascii=False) if v is not None and delimiter in v else v
+                     for v in arrays[i].to_pylist()]
+            arrays[i] = pa.array(split, pa.string())
+    return pa.RecordBatch.from_arrays(arrays, schema=batch.schema)
 
 
 def sliced(batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:

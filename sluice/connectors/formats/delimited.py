@@ -12,7 +12,7 @@ Druid's rules, which this reader keeps:
   null.
 - a row with fewer values than columns leaves the rest null, and values beyond the columns are dropped
   (`Utils.zipMapPartial`); a blank line is a row of nulls.
-- `listDelimiter` splits multi-value dimensions, which Sluice does not support yet: values keep it.
+- `listDelimiter` (Ctrl-A unless given) splits a value into a multi-value (`split_lists`).
 
 pyarrow's CSV reader parses each block; the rows it sets aside (a different number of values, an open quote)
 are parsed by `split_line` here and put back in place. A block whose rows do not line up with its lines
@@ -29,11 +29,13 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 
 from sluice.connectors.formats.base import (
+    LIST_DELIMITER,
     FormatError,
     column_batch,
     error_values,
     numbered_locators,
     sliced,
+    split_lists,
 )
 from sluice.connectors.formats.lines import Block, LineReader, text_lines
 from sluice.connectors.records import column_records_schema
@@ -52,6 +54,7 @@ class DelimitedParser:
         self._fmt = fmt
         self._quoted = isinstance(fmt, CsvInputFormat)
         self._delimiter = fmt.delimiter_char
+        self._list_delimiter = fmt.list_delimiter or LIST_DELIMITER
 
     def parse_stream(self, stream: BinaryIO, name: str) -> Iterator[pa.RecordBatch]:
         reader = LineReader(stream)
@@ -65,7 +68,8 @@ class DelimitedParser:
                 return
             columns = header_columns(self.split_line(line.decode("utf-8", errors="replace")), name)
         for block in reader.blocks():
-            yield from sliced(self._parse_block(block, list(columns or []), f"{name}:"))
+            yield from sliced(split_lists(self._parse_block(block, list(columns or []), f"{name}:"),
+                                          self._list_delimiter))
 
     def parse_values(self, values: Sequence[bytes | None], locators: Sequence[str]) -> pa.RecordBatch:
         """Each message value is one row of `columns` (a message has no header to name them)."""
@@ -73,7 +77,8 @@ class DelimitedParser:
             raise ValueError(f"{self._fmt.type} messages need columns: findColumnsFromHeader reads files only")
         texts = [None if v is None else v.decode("utf-8", errors="replace").removesuffix("\n").removesuffix("\r")
                  for v in values]
-        return self._rows_batch(list(locators), texts, self._fmt.columns, null_error="the message has no value")
+        return split_lists(self._rows_batch(list(locators), texts, self._fmt.columns,
+                                            null_error="the message has no value"), self._list_delimiter)
 
     def split_line(self, line: str) -> list[str | None]:
         """One line's values: RFC 4180 for csv, a plain split for tsv; empty unquoted values are null."""

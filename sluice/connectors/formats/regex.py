@@ -1,7 +1,8 @@
 """regex: each line matched whole against `pattern` (Druid's `RegexReader`, `Matcher.matches()`), its groups
 the values of `columns` in order (`column_1`, `column_2`, ... without columns: `ParserUtils`). A group that
 took no part in the match is null; a line that does not match (a blank one too) is unparseable, with Druid's
-message. Python's `re` stands in for `java.util.regex`: the common syntax is the same."""
+message. Python's `re` stands in for `java.util.regex`: the common syntax is the same. A value holding
+`listDelimiter` (Ctrl-A unless given) is several values (`split_lists`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import BinaryIO
 
 import pyarrow as pa
 
-from sluice.connectors.formats.base import error_values, sliced
+from sluice.connectors.formats.base import LIST_DELIMITER, error_values, sliced, split_lists
 from sluice.connectors.formats.lines import LineReader, text_lines
 from sluice.connectors.records import column_records_schema
 from sluice.spec.input_format import RegexInputFormat
@@ -24,6 +25,7 @@ class RegexParser:
         self.schema = column_records_schema(fields)
         self._pattern = re.compile(fmt.pattern)
         self._columns = fmt.columns or [f"column_{i + 1}" for i in range(self._pattern.groups)]
+        self._list_delimiter = fmt.list_delimiter or LIST_DELIMITER
 
     def parse_stream(self, stream: BinaryIO, name: str) -> Iterator[pa.RecordBatch]:
         for block in LineReader(stream).blocks():
@@ -43,4 +45,4 @@ class RegexParser:
             rows.append(match.groups() if match else None)
             errors.append(None if match else
                           "the message has no value" if line is None else f"Unable to parse row [{line}]")
-        return error_values(self.schema, locators, errors, rows, self._columns)
+        return split_lists(error_values(self.schema, locators, errors, rows, self._columns), self._list_delimiter)
