@@ -67,9 +67,11 @@ class DelimitedParser:
             if line is None:
                 return
             columns = header_columns(self.split_line(line.decode("utf-8", errors="replace")), name)
+        delimiter = self._list_delimiter.encode()
         for block in reader.blocks():
-            yield from sliced(split_lists(self._parse_block(block, list(columns or []), f"{name}:"),
-                                          self._list_delimiter))
+            batch = self._parse_block(block, list(columns or []), f"{name}:")
+            # a block without the delimiter has no multi-value: its columns need not be searched one by one
+            yield from sliced(split_lists(batch, self._list_delimiter) if delimiter in block.data else batch)
 
     def parse_values(self, values: Sequence[bytes | None], locators: Sequence[str]) -> pa.RecordBatch:
         """Each message value is one row of `columns` (a message has no header to name them)."""
