@@ -133,7 +133,7 @@ def _snappy_framed(data: bytes) -> bytes:
     ("a.json.zst", pa.Codec("zstd").compress(_TEXT, asbytes=True)),
     ("a.json.zip", _zip(("a.json", _TEXT), ("b.json", b'{"a":3}\n'))),  # only the first entry, as Druid
     ("a.json.sz", _snappy_framed(_TEXT)),
-])
+], ids=lambda value: value if isinstance(value, str) else "")  # gzip stamps its bytes with the time: not in the id
 def test_files_are_decompressed_by_their_suffix(name: str, stored: bytes) -> None:
     with decompress(io.BytesIO(stored), name) as stream:
         assert stream.read() == _TEXT
