@@ -24,14 +24,17 @@ class RealtimeView:
     #: records of the sequence read so far, to pick the replica that read furthest into it
     progress: int
     files: tuple[str, ...]
+    #: string dimensions whose files hold a multi-value as its JSON array text (a persist's rows are typed before it
+    #: knows which dimensions hold several values; the merge at publish makes them lists): the broker reads them so
+    multi_values: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"dataSource": self.data_source, "sequenceName": self.sequence_name,
                 "startOffsets": {str(p): o for p, o in self.start_offsets.items()}, "progress": self.progress,
-                "files": list(self.files)}
+                "files": list(self.files), "multiValues": list(self.multi_values)}
 
     @classmethod
     def from_json(cls, payload: dict[str, Any]) -> RealtimeView:
         return cls(payload["dataSource"], payload["sequenceName"],
                    {int(p): int(o) for p, o in payload["startOffsets"].items()}, int(payload["progress"]),
-                   tuple(payload["files"]))
+                   tuple(payload["files"]), tuple(payload.get("multiValues", ())))

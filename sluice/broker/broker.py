@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from sluice.broker import system_tables as sys_tables
-from sluice.broker.engine import ClippedFile, QueryResult, SegmentFile, SegmentFileGone, SqlEngine, complex_columns, \
+from sluice.broker.engine import ClippedFile, QueryResult, RealtimeFile, SegmentFile, SegmentFileGone, SqlEngine, complex_columns, \
     multi_value_columns, table_columns
 from sluice.broker.errors import SqlError
 from sluice.broker.intervals import overlaps_any
@@ -180,8 +180,7 @@ class Broker:
         database = None
         if len(translation.data_sources) == 1:  # a loaded data source holds its published rows only
             [source] = translation.data_sources
-            realtime = {piece.path for piece in snapshot.realtime.get(source, [])}
-            if not realtime.intersection(f for f in files[source] if isinstance(f, str)):
+            if not any(isinstance(file, RealtimeFile) for file in files[source]):
                 database = self._loaded_database(snapshot, source)
         query_id = translation.context.query_id
         if query_id is None:
@@ -205,8 +204,8 @@ class Broker:
         pieces = snapshot.realtime.get(source, [])
         files = [self._file(snapshot, s) for s in segments
                  if any(overlaps_any(part, intervals) for part in snapshot.clipped.get(s.id, (s.interval,)))]
-        files += [piece.path for piece in pieces if overlaps_any(piece_footer(piece.path).interval, intervals)]
-        return files or ([self._file(snapshot, segments[0])] if segments else [pieces[0].path])
+        files += [_realtime_file(piece) for piece in pieces if overlaps_any(piece_footer(piece.path).interval, intervals)]
+        return files or ([self._file(snapshot, segments[0])] if segments else [_realtime_file(pieces[0])])
 
     def _file(self, snapshot: _Snapshot, segment: DataSegment) -> SegmentFile:
         path = self._local_path(segment)
@@ -254,7 +253,7 @@ class Broker:
         if table is sys_tables.COLUMNS:
             return sys_tables.columns({
                 source: [(name, sys_tables.sql_type(kind))
-                         for name, kind in table_columns(self._paths(snapshot, source))]
+                         for name, kind in table_columns(self._all_files(snapshot, source))]
                 for source in sources
             })
         if table is sys_tables.SEGMENTS:
@@ -274,14 +273,17 @@ class Broker:
         return sys_tables.supervisors(s for s in (live if live is not None else self._stored_supervisors())
                                       if permissions.allows(Resource.datasource(s["id"]), Action.READ))
 
-    def multi_value_columns(self, data_source: str) -> set[str]:
-        """The columns some of the data source's visible files hold as multi-value strings."""
-        return multi_value_columns(self._paths(self._snapshot(), data_source))
+    def multi_value_columns(self, data_source: str, intervals: list[Interval]) -> set[str]:
+        """The columns some of the data source's files that a query within `intervals` reads hold as multi-value
+        strings (what a query's translation finds of the data source's columns)."""
+        snapshot = self._snapshot()
+        return multi_value_columns(self._files(snapshot, data_source, intervals)) if data_source in snapshot.visible \
+            or data_source in snapshot.realtime else set()
 
-    def _paths(self, snapshot: _Snapshot, source: str) -> list[str]:
+    def _all_files(self, snapshot: _Snapshot, source: str) -> list[SegmentFile]:
         """The files of all the data source's visible segments and realtime pieces."""
         return [self._local_path(s) for s in snapshot.visible.get(source, [])] + \
-            [piece.path for piece in snapshot.realtime.get(source, [])]
+            [_realtime_file(piece) for piece in snapshot.realtime.get(source, [])]
 
     def _stored_tasks(self) -> list[dict[str, Any]]:
         return [sys_tables.task_status(record) for record in self._metadata.list_tasks()]
@@ -304,6 +306,10 @@ def _timeout_left(context: Mapping[str, Any] | None, started: float) -> Mapping[
     if left <= 0:
         raise SqlError.timeout()
     return {**context, "timeout": left}
+
+
+def _realtime_file(piece: RealtimePiece) -> RealtimeFile:
+    return RealtimeFile(piece.path, piece.multi_values)
 
 
 def _realtime_segments(snapshot: _Snapshot) -> list[RealtimeSegment]:

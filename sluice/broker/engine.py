@@ -71,8 +71,18 @@ class ClippedFile:
     intervals: tuple[Interval, ...]
 
 
-#: One file of a data source: a path read whole, or a clipped file.
-SegmentFile = str | ClippedFile
+@dataclass(frozen=True)
+class RealtimeFile:
+    """A persist file of rows a task has not published. Its `multi_values` string columns hold a row of several values
+    as their JSON array text (a persist writes its rows before it knows which dimensions have several; the merge at
+    publish makes them lists): the view reads those as lists, as the segment will hold them."""
+
+    path: str
+    multi_values: tuple[str, ...] = ()
+
+
+#: One file of a data source: a segment's path read whole, a clipped segment file, or a realtime persist file.
+SegmentFile = str | ClippedFile | RealtimeFile
 
 
 def _path(file: SegmentFile) -> str:
@@ -338,12 +348,14 @@ def _view_sql(name: str, files: Sequence[SegmentFile]) -> str:
     The partitions of one partially overshadowed time chunk share their visible intervals, hence one scan. A column
     that some files hold as a multi-value string (a list) and others, older, as a plain string is read as a list.
     """
-    groups: dict[tuple[pa.Schema, tuple[Interval, ...]], list[str]] = {}
+    groups: dict[tuple[pa.Schema, tuple[Interval, ...], tuple[str, ...]], list[str]] = {}
     for file in files:
-        intervals = () if isinstance(file, str) else file.intervals
-        groups.setdefault((file_schema(_path(file)), intervals), []).append(_path(file))
-    multi_value = multi_value_columns([_path(file) for file in files])
-    scans = [_scan(schema, paths, intervals, multi_value) for (schema, intervals), paths in groups.items()]
+        intervals = file.intervals if isinstance(file, ClippedFile) else ()
+        as_text = file.multi_values if isinstance(file, RealtimeFile) else ()
+        groups.setdefault((file_schema(_path(file)), intervals, as_text), []).append(_path(file))
+    multi_value = multi_value_columns(files)
+    scans = [_scan(schema, paths, intervals, multi_value, as_text)
+             for (schema, intervals, as_text), paths in groups.items()]
     query = scans[0]
     for scan in scans[1:]:
         query = exp.Union(this=query, expression=scan, distinct=False, by_name=True)
@@ -351,10 +363,11 @@ def _view_sql(name: str, files: Sequence[SegmentFile]) -> str:
     return exp.Create(this=view, kind="VIEW", expression=query).sql(dialect="duckdb")
 
 
-def _scan(schema: pa.Schema, files: list[str], intervals: tuple[Interval, ...],
-          multi_value: Collection[str]) -> exp.Select:
+def _scan(schema: pa.Schema, files: list[str], intervals: tuple[Interval, ...], multi_value: Collection[str],
+          as_text: Collection[str] = ()) -> exp.Select:
     """The files' rows (only those within `intervals`, unless empty) with `__time` as a TIMESTAMP, and the
-    `multi_value` columns these files hold as plain strings as lists: a value v as [v], null as null."""
+    `multi_value` columns these files hold as plain strings as lists: a value v as [v], null as null, and the JSON
+    array text of a row of several values in an `as_text` column as their list."""
     scan = exp.ReadParquet(expressions=[exp.array(*(exp.Literal.string(path) for path in files))])
     replaced: list[exp.Expr] = []
     time_type = schema.field(TIME_COLUMN).type if TIME_COLUMN in schema.names else None
@@ -373,9 +386,23 @@ def _scan(schema: pa.Schema, files: list[str], intervals: tuple[Interval, ...],
             value = exp.column(field.name, quoted=True)
             present = exp.Not(this=exp.Is(this=value, expression=exp.null()))
             listed = exp.Case(ifs=[exp.If(this=present, true=exp.array(value.copy()))])
+            if field.name in as_text:  # as the merge at publish reads it (ingest_plan.MULTI_VALUE_SQL)
+                listed = exp.Case(ifs=[exp.If(this=_json_array(value), true=_string_list(value)), *listed.args["ifs"]])
             replaced.append(exp.alias_(listed, field.name, quoted=True))
     select = exp.select(exp.Star(replace=replaced) if replaced else exp.Star()).from_(exp.Table(this=scan))
     return select.where(_within(intervals, zoned)) if intervals else select
+
+
+def _json_array(text: exp.Expr) -> exp.Expr:
+    return exp.and_(exp.Anonymous(this="STARTS_WITH", expressions=[text.copy(), exp.Literal.string("[")]),
+                    exp.Anonymous(this="JSON_VALID", expressions=[text.copy()]),
+                    exp.EQ(this=exp.Anonymous(this="JSON_TYPE", expressions=[text.copy()]),
+                           expression=exp.Literal.string("ARRAY")))
+
+
+def _string_list(text: exp.Expr) -> exp.Expr:
+    return exp.cast(exp.cast(text.copy(), exp.DataType.build("JSON", dialect="duckdb")),
+                    exp.DataType.build("VARCHAR[]", dialect="duckdb"))
 
 
 def _within(intervals: tuple[Interval, ...], zoned: bool) -> exp.Expr:
@@ -417,22 +444,22 @@ def _schema(path: str, _mtime_ns: int, _size: int) -> pa.Schema:
 def complex_columns(files: Sequence[SegmentFile]) -> dict[str, str]:
     """The complex type (a first/last pair, a sketch) of each complex column these files hold, and MULTI_VALUE for
     each column that one of them holds as a multi-value string, by column name."""
-    paths = [_path(file) for file in files]
-    kinds = {name: kind for name, arrow_type in table_columns(paths)
+    kinds = {name: kind for name, arrow_type in table_columns(files)
              if (kind := arrow_complex_type(arrow_type)) is not None}
-    return kinds | dict.fromkeys(multi_value_columns(paths), MULTI_VALUE)
+    return kinds | dict.fromkeys(multi_value_columns(files), MULTI_VALUE)
 
 
-def multi_value_columns(files: Sequence[str]) -> set[str]:
+def multi_value_columns(files: Sequence[SegmentFile]) -> set[str]:
     """The columns some of these files hold as multi-value strings (others may hold them as plain strings)."""
-    return {column.name for path in files for column in file_schema(path) if is_multi_value(column.type)}
+    return {column.name for file in files for column in file_schema(_path(file)) if is_multi_value(column.type)} | \
+        {name for file in files if isinstance(file, RealtimeFile) for name in file.multi_values}
 
 
-def table_columns(files: Sequence[str]) -> list[tuple[str, pa.DataType]]:
+def table_columns(files: Sequence[SegmentFile]) -> list[tuple[str, pa.DataType]]:
     """A data source's columns over these files, in the order its view shows them (first appearance)."""
     found: dict[str, pa.DataType] = {}
-    for path in files:
-        for column in file_schema(path):
+    for file in files:
+        for column in file_schema(_path(file)):
             found.setdefault(column.name, column.type)
     return list(found.items())
 

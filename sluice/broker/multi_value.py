@@ -90,6 +90,7 @@ def rewrite_multi_value(statement: exp.Query, columns: Mapping[str, Collection[s
             scopes[id(scope.expression)] = scope
         for condition, references in _conditions(scope):
             _match_any_value(condition, references, names)
+        _count_distinct_values(scope)
         _map_functions(scope, names)
     for select in _outputs(statement):
         if id(select) in scopes:
@@ -249,6 +250,29 @@ def _unnested(node: exp.Expr, lists: Mapping[exp.Expr, list[exp.Expr]]) -> exp.E
 
 
 # ------------------------------------------------------------------------------------------------------- functions
+
+
+def _count_distinct_values(scope: Scope) -> None:
+    """COUNT(DISTINCT tags) and the APPROX_COUNT_DISTINCT functions of a multi-value column count the distinct values
+    of its rows, as Druid's cardinality does, not distinct lists; exactly, which an approximation allows."""
+    for column in scope.columns:
+        parent = column.parent
+        if parent is None or not _marked(column):
+            continue
+        if isinstance(parent, exp.Distinct) and isinstance(parent.parent, exp.Count) and parent.expressions == [column]:
+            aggregate: exp.Expr = parent.parent
+        elif isinstance(parent, exp.ApproxDistinct) or isinstance(parent, exp.Anonymous) and \
+                parent.name.upper().startswith("APPROX_COUNT_DISTINCT") and parent.expressions[0] is column:
+            aggregate = parent
+        else:
+            continue
+        lists: exp.Expr = exp.ArrayAgg(this=column.copy())
+        if isinstance(aggregate.parent, exp.Filter):  # COUNT(DISTINCT tags) FILTER (WHERE …)
+            aggregate = aggregate.parent
+            lists = exp.Filter(this=lists, expression=aggregate.expression.copy())
+        # DuckDB's LIST_DISTINCT leaves out NULL, which COUNT(DISTINCT) does not count either
+        distinct = exp.ArraySize(this=exp.ArrayDistinct(this=exp.Flatten(this=lists)))
+        aggregate.replace(exp.Coalesce(this=distinct, expressions=[exp.Literal.number(0)]))
 
 
 def _map_functions(scope: Scope, names: Iterator[str]) -> None:

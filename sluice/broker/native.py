@@ -87,7 +87,10 @@ class NativeQueryRunner:
             source = view(query.data_source, Catalog(self._view, self._describe))
             if isinstance(query, q.SegmentMetadataQuery):
                 chunks = metadata_chunks(query, source)
-                return segment_metadata_result(query, chunks, self._sql(segment_metadata_sql(chunks, source), context))
+                # the columns the chunks' files hold as multi-value strings (elsewhere they may have several values)
+                multi_value = self._broker.multi_value_columns(source.name, [s.interval for c in chunks for s in c.segments])
+                return segment_metadata_result(query, chunks,
+                                               self._sql(segment_metadata_sql(chunks, source, multi_value), context))
             return shape(query, source, self._sql(translate(query, source), context))
         except SpecError as error:
             raise invalid_query(str(error)) from None
@@ -95,8 +98,7 @@ class NativeQueryRunner:
     def _view(self, data_source: str) -> DataSourceView:
         segments = tuple(self._broker.visible_segments().get(data_source, ()))
         schema = self._broker.sql(_COLUMNS_SQL, [{"type": "VARCHAR", "value": data_source}]).rows
-        return DataSourceView(data_source, segments, [(name, kind) for name, kind in schema],
-                              multi_value=frozenset(self._broker.multi_value_columns(data_source)))
+        return DataSourceView(data_source, segments, [(name, kind) for name, kind in schema])
 
     def _describe(self, statement: exp.Query) -> list[tuple[str, str]]:
         result = self._broker.sql(exp.select(exp.Star()).from_(statement.subquery()).limit(0).sql(dialect="druid"))

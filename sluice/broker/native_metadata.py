@@ -8,7 +8,7 @@ With `merge` (what tools use) this makes no difference.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,8 +74,9 @@ def _included(to_include: q.ToInclude, segments: Sequence[DataSegment]) -> list[
     return columns if to_include.type == "all" else [c for c in columns if c in to_include.columns]
 
 
-def segment_metadata_sql(chunks: Sequence[Chunk], source: DataSourceView) -> str | None:
-    """Per chunk: its row count and, per column, min, max, distinct count and non-null count."""
+def segment_metadata_sql(chunks: Sequence[Chunk], source: DataSourceView, multi_value: Collection[str]) -> str | None:
+    """Per chunk: its row count and, per column, min, max, distinct count and non-null count; for the `multi_value`
+    columns, which the chunks' files hold as multi-value strings, their values and whether a row has several."""
     if not chunks:
         return None
     case = exp.case()
@@ -86,7 +87,7 @@ def segment_metadata_sql(chunks: Sequence[Chunk], source: DataSourceView) -> str
                                exp.alias_(exp.Count(this=exp.Star()), HIDDEN + "rows", quoted=True)]
     for i, name in enumerate(_analysed(chunks)):
         value = columns.sql(name)
-        if name in source.multi_value:
+        if name in multi_value:
             outputs += _multi_value_statistics(value, f"{HIDDEN}{i}_")
             continue
         # Druid counts the distinct values of strings only; those of a complex column (sketches…) are not counted

@@ -57,8 +57,6 @@ class DataSourceView:
     schema: Sequence[tuple[str, str]] = ()  # (column, SQL type)
     #: what the statement reads for a data source other than a table (see native_datasources); None: the table `name`
     relation: exp.Expr | None = None
-    #: the columns its segments hold as multi-value strings, which Druid SQL types VARCHAR like any string
-    multi_value: frozenset[str] = frozenset()
     columns: list[str] = field(init=False)
     dimensions: list[str] = field(init=False)
 

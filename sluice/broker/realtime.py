@@ -33,6 +33,8 @@ class RealtimePiece:
     path: str
     #: the sequence's name, which the group's replicas share
     sequence_name: str
+    #: its string dimensions that hold a row of several values as JSON text (`RealtimeView.multi_values`)
+    multi_values: tuple[str, ...] = ()
 
 
 def visible_pieces(views: Iterable[RealtimeView],
@@ -49,7 +51,7 @@ def visible_pieces(views: Iterable[RealtimeView],
         offsets = committed.get(source, {})
         if any(offsets.get(p, start) > start for p, start in view.start_offsets.items()):
             continue  # its publish committed: the rows are in segments now
-        pieces.setdefault(source, []).extend(RealtimePiece(path, sequence) for path in view.files)
+        pieces.setdefault(source, []).extend(RealtimePiece(path, sequence, view.multi_values) for path in view.files)
     return pieces
 
 

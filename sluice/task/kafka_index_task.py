@@ -34,6 +34,7 @@ from sluice.task import actions, sequences
 from sluice.task.ingest_plan import MessageWindow, compile_plan
 from sluice.task.meters import (BUILD_SEGMENTS, ParseExceptionReport, RowIngestionMeters, SavedParseExceptions,
                                 ingestion_metrics)
+from sluice.task.persists import multi_values
 from sluice.task.publisher import SequencePublisher, already_committed
 from sluice.task.rollup_policy import PersistMode, PersistRollup
 from sluice.task.sequences import HandoffLimits, SequenceMetadata, initial_sequences
@@ -237,7 +238,8 @@ class KafkaIndexTask:
         task_dir = self.toolbox.task_dir
         return [RealtimeView(self.spec.data_source, s.sequence_name, dict(s.start_offsets),
                              sum(min(current[p], s.end_offsets[p]) - start for p, start in s.start_offsets.items()),
-                             tuple(str(f) for persist in s.persists for f in sorted((task_dir / persist).glob("*.parquet"))))
+                             tuple(str(f) for persist in s.persists for f in sorted((task_dir / persist).glob("*.parquet"))),
+                             multi_values([task_dir / persist for persist in s.persists]))
                 for s in unpublished]
 
     def checkpoints(self) -> dict[int, dict[int, int]]:

@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from sluice.connectors.records import ERROR, LOCATOR
 from sluice.spec.expressions import quote_identifier
 from sluice.spec.granularity import Granularity
-from sluice.task import sketch_udfs
+from sluice.task import persists, sketch_udfs
 from sluice.task.ingest_plan import (
     DISCOVERED,
     FIELDS_MAP,
@@ -41,10 +41,6 @@ from sluice.task.stats import RowStats
 
 if TYPE_CHECKING:
     from sluice.connectors.spark import ConnectorRead
-
-#: a persist's string dimensions of which a row held several values (a JSON list); Spark reads no file named `_…`
-MULTI_VALUES_FILE = "_multi_values.json"
-
 
 @dataclass(frozen=True)
 class PersistResult:
@@ -175,8 +171,7 @@ class RowPipeline:
                            persist_dir)
             shutil.rmtree(target, ignore_errors=True)
         result = self._persist_result(observation)
-        if result.multi_values:  # beside the rows, for the merge at publish, also after a restore
-            (persist_dir / MULTI_VALUES_FILE).write_text(json.dumps(result.multi_values))
+        persists.write_multi_values(persist_dir, result.multi_values)  # for the merge at publish, also after a restore
         return result
 
     def write_segments(self, raw: DataFrame, segment_granularity: Granularity, max_rows_per_segment: int,
@@ -294,9 +289,7 @@ class RowPipeline:
             rows = rows.groupBy(F.col("__bucket"), *keys).agg(*(F.expr(a) for a in plan.rollup_aggregations(True)))
         else:
             rows = rows.select("__bucket", *keys, *_columns(*plan.metrics))
-        multi_values = {name for d in persist_dirs if (d / MULTI_VALUES_FILE).exists()
-                        for name in json.loads((d / MULTI_VALUES_FILE).read_text())}
-        return _as_lists(rows, sorted(multi_values))
+        return _as_lists(rows, persists.multi_values(persist_dirs))
 
 
 class IngestPipeline(RowPipeline):

@@ -18,7 +18,8 @@ from sluice.spec.data_schema import DataSchema
 from sluice.spec.granularity import parse_granularity
 from sluice.task.ingest_plan import compile_plan
 from sluice.task.pipeline import RowPipeline
-from tests.integration.harness import sql
+from sluice.dev.sample_data import SampleRecord, produce
+from tests.integration.harness import committed_offsets, sql, supervisor_spec, wait_for
 from tests.integration.test_batch_ingestion import ndjson, run, task
 
 pytestmark = pytest.mark.spark
@@ -100,26 +101,50 @@ def test_a_batch_task_writes_its_segment_again_once_it_knows_a_dimension_is_mult
     assert file.num_rows == 7
 
 
-def test_druid_sql_groups_a_batch_tasks_multi_value_dimension_value_by_value_also_after_compaction(http):
-    events = [{"ts": "2024-06-01T01:00:00Z", "page": "a", "tags": ["t2", "t1"], "n": 1},
-              {"ts": "2024-06-01T02:00:00Z", "page": "b", "tags": ["t3", "t2"], "n": 2},
-              {"ts": "2024-06-01T03:00:00Z", "page": "c", "tags": "t1", "n": 4},
-              {"ts": "2024-06-01T04:00:00Z", "page": "d", "tags": [], "n": 8}]
-    payload = task("tagged", {"type": "inline", "data": ndjson(events)}, {"type": "json"})
-    payload["spec"]["dataSchema"].update(
-        dimensionsSpec={"dimensions": ["page", "tags"]},
-        metricsSpec=[{"type": "count", "name": "count"}, {"type": "longSum", "name": "n", "fieldName": "n"}])
-    run(http, payload)
-    grouped = "SELECT tags, SUM(n) AS n FROM tagged GROUP BY tags ORDER BY tags NULLS FIRST"
-    expected = [{"tags": None, "n": 8}, {"tags": "t1", "n": 5}, {"tags": "t2", "n": 3}, {"tags": "t3", "n": 2}]
-    assert sql(http, grouped) == expected
+TAGGED = [{"ts": "2024-06-01T01:00:00Z", "page": "a", "tags": ["t2", "t1"], "n": 1},
+          {"ts": "2024-06-01T02:00:00Z", "page": "b", "tags": ["t3", "t2"], "n": 2},
+          {"ts": "2024-06-01T03:00:00Z", "page": "c", "tags": "t1", "n": 4},
+          {"ts": "2024-06-01T04:00:00Z", "page": "d", "tags": [], "n": 8}]
+TAGGED_SCHEMA = {"timestampSpec": {"column": "ts", "format": "iso"}, "dimensionsSpec": {"dimensions": ["page", "tags"]},
+                 "metricsSpec": [{"type": "count", "name": "count"}, {"type": "longSum", "name": "n", "fieldName": "n"}]}
+
+
+def _assert_tagged_reads_value_by_value(http, ds: str) -> None:
+    """Druid's answers over TAGGED: grouping gives each value its group, a row with none the null group."""
+    assert sql(http, f"SELECT tags, SUM(n) AS n FROM {ds} GROUP BY tags ORDER BY tags NULLS FIRST") == [
+        {"tags": None, "n": 8}, {"tags": "t1", "n": 5}, {"tags": "t2", "n": 3}, {"tags": "t3", "n": 2}]
     # the filter keeps whole rows, and grouping then adds every value of the row that has t3
-    assert sql(http, "SELECT tags, SUM(n) AS n FROM tagged WHERE tags = 't3' GROUP BY tags ORDER BY tags") == [
+    assert sql(http, f"SELECT tags, SUM(n) AS n FROM {ds} WHERE tags = 't3' GROUP BY tags ORDER BY tags") == [
         {"tags": "t2", "n": 2}, {"tags": "t3", "n": 2}]
-    assert sql(http, "SELECT page, tags FROM tagged ORDER BY page") == [
+    assert sql(http, f"SELECT page, tags FROM {ds} ORDER BY page") == [
         {"page": "a", "tags": '["t1","t2"]'}, {"page": "b", "tags": '["t2","t3"]'}, {"page": "c", "tags": "t1"},
         {"page": "d", "tags": None}]
-    assert sql(http, "SELECT DATA_TYPE FROM INFORMATION_SCHEMA.COLUMNS WHERE TABLE_NAME = 'tagged' AND "
+    assert sql(http, f"SELECT DATA_TYPE FROM INFORMATION_SCHEMA.COLUMNS WHERE TABLE_NAME = '{ds}' AND "
                      "COLUMN_NAME = 'tags'") == [{"DATA_TYPE": "VARCHAR"}]
+
+
+def test_druid_sql_groups_a_batch_tasks_multi_value_dimension_value_by_value_also_after_compaction(http):
+    payload = task("tagged", {"type": "inline", "data": ndjson(TAGGED)}, {"type": "json"})
+    payload["spec"]["dataSchema"].update(TAGGED_SCHEMA)
+    run(http, payload)
+    _assert_tagged_reads_value_by_value(http, "tagged")
     run(http, {"type": "compact", "dataSource": "tagged", "interval": "2024-06-01/2024-06-02"})
-    assert sql(http, grouped) == expected
+    _assert_tagged_reads_value_by_value(http, "tagged")
+
+
+def test_a_streaming_tasks_multi_value_rows_read_the_same_before_and_after_their_publish(node, http, kafka_broker):
+    """Before its publish a task's persists hold a row of several values as its JSON array text; the broker reads
+    them as the published segment's lists."""
+    topic, ds = "tagged-stream", "tagged_stream"
+    kafka_broker.create_topic(topic, 1)
+    end = produce(kafka_broker.bootstrap_servers, topic,
+                  [SampleRecord(json.dumps(e).encode(), None, "valid") for e in TAGGED], 1)
+    spec = supervisor_spec(ds, topic, kafka_broker.bootstrap_servers, taskCount=1, taskDuration="PT1H")
+    spec["spec"]["dataSchema"].update(TAGGED_SCHEMA)
+    assert http.post("/druid/indexer/v1/supervisor", json=spec).status_code == 200
+    wait_for(lambda: sql(http, f"SELECT SUM(n) AS n FROM {ds}") == [{"n": 15}], 120, "the rows read")
+    assert committed_offsets(node, ds) == {}  # still unpublished
+    _assert_tagged_reads_value_by_value(http, ds)
+    assert http.post(f"/druid/indexer/v1/supervisor/{ds}/terminate").status_code == 200
+    wait_for(lambda: committed_offsets(node, ds) == end, 120, "the rows published")
+    _assert_tagged_reads_value_by_value(http, ds)

@@ -11,13 +11,16 @@ import pyarrow.parquet as pq
 from sluice.broker.broker import Broker
 from sluice.broker.engine import SqlEngine
 from sluice.metadata.store import MetadataStore
+from sluice.realtime import RealtimeView
 from sluice.segment.deep_storage import LocalDeepStorage
 from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
 
 
 def broker_over(root: Path, deep_storage: Path, data_source: str, files: Sequence[tuple[Path, Interval]],
-                dimensions: list[str], aggregators: list[dict[str, Any]]) -> Broker:
-    """Each (file, interval) a segment of version v1 in a SQLite metadata store under `root`."""
+                dimensions: list[str], aggregators: list[dict[str, Any]],
+                realtime: Sequence[RealtimeView] = ()) -> Broker:
+    """Each (file, interval) a segment of version v1 in a SQLite metadata store under `root`; `realtime` the views of
+    running tasks, whose rows no offsets committed yet."""
     store = MetadataStore(f"sqlite:///{root / 'metadata.db'}")
     store.create_tables()
     for path, interval in files:
@@ -27,4 +30,5 @@ def broker_over(root: Path, deep_storage: Path, data_source: str, files: Sequenc
             num_rows=pq.read_metadata(path).num_rows, size=path.stat().st_size,
             load_spec={"type": "local", "path": str(path)})
         assert store.commit_segments_and_metadata([segment], data_source, None, None).success
-    return Broker(store, LocalDeepStorage(deep_storage), root / "cache", SqlEngine(threads=1), snapshot_ttl_s=60)
+    return Broker(store, LocalDeepStorage(deep_storage), root / "cache", SqlEngine(threads=1), snapshot_ttl_s=60,
+                  realtime=lambda: realtime)

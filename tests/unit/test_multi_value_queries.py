@@ -27,6 +27,7 @@ import pytest
 from sluice.broker.broker import Broker
 from sluice.broker.native import NativeQueryRunner
 from sluice.broker.results import render
+from sluice.realtime import RealtimeView
 from sluice.segment.segment import Interval
 from tests.unit.published import broker_over
 
@@ -63,11 +64,27 @@ def deep_storage(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def broker(deep_storage: Path, tmp_path_factory: pytest.TempPathFactory) -> Broker:
+def published(deep_storage: Path, tmp_path_factory: pytest.TempPathFactory) -> Broker:
     files = [(deep_storage / "old" / "index.parquet", Interval(_day(11), _day(12))),
              (deep_storage / "new" / "index.parquet", Interval(_day(12), _day(15)))]
     return broker_over(tmp_path_factory.mktemp("broker"), deep_storage, SOURCE, files, ["label", "tags"],
                        [{"type": "count", "name": "count"}])
+
+
+@pytest.fixture(scope="module", params=["published", "realtime"])
+def broker(request: pytest.FixtureRequest, published: Broker, deep_storage: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> Broker:
+    """The page's rows published, or still in a running task's persist, which holds a row of several values as its
+    JSON array text (one value as that value, none as null) until the merge at publish: the answers are the same."""
+    if request.param == "published":
+        return published
+    persist = tmp_path_factory.mktemp("task") / "0.parquet"
+    as_text = [(day, label, json.dumps(tags) if len(tags) > 1 else (tags or [None])[0]) for day, label, tags in ROWS]
+    pq.write_table(_segment_table(as_text, pa.string()), persist)
+    running = RealtimeView(SOURCE, f"index_kafka_{SOURCE}_0", {0: 0}, len(ROWS), (str(persist),), ("tags",))
+    return broker_over(tmp_path_factory.mktemp("broker"), deep_storage, SOURCE,
+                       [(deep_storage / "old" / "index.parquet", Interval(_day(11), _day(12)))], ["label", "tags"],
+                       [{"type": "count", "name": "count"}], [running])
 
 
 def _sql(broker: Broker, sql: str, context: dict[str, Any] | None = None) -> list[tuple]:
@@ -141,6 +158,17 @@ def test_filtering_the_values_of_a_group_and_distinct_values(broker: Broker) -> 
                         "ORDER BY tags") == [("t3", 2), ("t5", 2)]
     assert _sql(broker, f"SELECT DISTINCT tags FROM {SOURCE} WHERE label IN ('row0', 'row2') ORDER BY tags") == [
         ("t1",), ("t3",), ("t4",), ("t5",)]
+
+
+def test_distinct_counts_count_values_not_rows(broker: Broker) -> None:
+    """Druid's cardinality over each value: t1…t7, null not counted, whatever the approximation."""
+    for function in ("COUNT(DISTINCT tags)", "APPROX_COUNT_DISTINCT(tags)", "APPROX_COUNT_DISTINCT_DS_HLL(tags)"):
+        assert _sql(broker, f"SELECT {function} FROM {SOURCE}") == [(7,)], function
+    assert _sql(broker, f"SELECT COUNT(DISTINCT tags) FROM {SOURCE}", {"useApproximateCountDistinct": False}) == [(7,)]
+    assert _sql(broker, f"SELECT COUNT(DISTINCT tags) FROM {SOURCE} WHERE tags = 't3'") == [(5,)]
+    assert _sql(broker, f"SELECT COUNT(DISTINCT tags) FILTER (WHERE label <> 'row1') FROM {SOURCE}") == [(6,)]
+    assert _sql(broker, f"SELECT label, COUNT(DISTINCT tags) FROM {SOURCE} WHERE label IN ('row1', 'row4', 'row5') "
+                        "GROUP BY label ORDER BY label") == [("row1", 3), ("row4", 0), ("row5", 0)]
 
 
 def test_aggregate_filters_and_conditions_match_rows(broker: Broker) -> None:
@@ -274,7 +302,9 @@ def test_native_scan_returns_the_values_as_a_json_array(broker: Broker) -> None:
     assert batches[0]["rowSignature"] == [{"name": "label", "type": "STRING"}, {"name": "tags", "type": "STRING"}]
 
 
-def test_segment_metadata_reports_a_string_with_multiple_values(broker: Broker) -> None:
+def test_segment_metadata_reports_a_string_with_multiple_values(published: Broker) -> None:
+    """Of published segments (segmentMetadata analyses those), also when only the older segment is in its intervals."""
+    broker = published
     [merged] = _native(broker, {"queryType": "segmentMetadata", "merge": True,
                                 "analysisTypes": ["cardinality", "minmax"]})
     tags = merged["columns"]["tags"]
@@ -285,3 +315,6 @@ def test_segment_metadata_reports_a_string_with_multiple_values(broker: Broker) 
     # the older segment holds one value per row: Druid's column capabilities say it has no multiple values
     assert [a["columns"]["tags"]["hasMultipleValues"] for a in analyses] == [False, True]
     assert merged["columns"]["label"]["hasMultipleValues"] is False
+    [older] = NativeQueryRunner(broker).run({"queryType": "segmentMetadata", "dataSource": SOURCE,
+                                             "intervals": ["2011-01-11/2011-01-12"]})
+    assert (older["columns"]["tags"]["hasMultipleValues"], older["numRows"]) == (False, 2)
