@@ -43,11 +43,12 @@ from sluice.broker.functions import Zone
 from sluice.broker.lookups import relation
 from sluice.broker import bloom, python_functions, sketches
 from sluice.broker.complex_types import COMPLEX_KINDS, arrow_complex_type, complex_type
-from sluice.broker.multi_value import MULTI_VALUE, is_multi_value, is_output, row_value
+from sluice.broker.multi_value import MULTI_VALUE, is_output, row_value
 from sluice.broker.sketches import to_base64
 from sluice.broker.sql import DUCKDB_SETTINGS, TIME_COLUMN, Translation, translate_query
 from sluice.broker.system_tables import SystemTable
 from sluice.lookups.references import LookupExtractor, LookupLoadError
+from sluice.segment.columns import is_multi_value
 from sluice.segment.segment import Interval
 
 

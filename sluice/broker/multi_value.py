@@ -31,7 +31,6 @@ from collections.abc import Collection, Iterator, Mapping
 from itertools import count
 from typing import Any
 
-import pyarrow as pa
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
@@ -53,12 +52,6 @@ _SCALAR = (exp.Func, exp.Binary, exp.Unary)
 # Functions whose value is a multi-value string: grouping by one groups by each of its values.
 _MULTI_VALUE_FUNCTIONS = frozenset({"MV_FILTER_ONLY", "MV_FILTER_NONE", "MV_SLICE", "MV_APPEND", "MV_PREPEND",
                                     "MV_CONCAT", "STRING_TO_MV", "ARRAY_TO_MV"})
-
-
-def is_multi_value(arrow_type: pa.DataType) -> bool:
-    """Whether a segment column stored as `arrow_type` is a multi-value string: a list of strings."""
-    return (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)) and (
-        pa.types.is_string(arrow_type.value_type) or pa.types.is_large_string(arrow_type.value_type))
 
 
 def is_output(duckdb_type: Any) -> bool:

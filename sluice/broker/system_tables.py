@@ -16,8 +16,8 @@ from typing import Any
 import pyarrow as pa
 
 from sluice.broker.complex_types import arrow_complex_type
-from sluice.broker.multi_value import is_multi_value
 from sluice.metadata.store import TaskRecord
+from sluice.segment.columns import is_multi_value
 from sluice.segment.segment import DataSegment, Interval, SegmentId
 from sluice.timestamps import format_timestamp
 

@@ -22,3 +22,9 @@ def parquet_column_types(schema: pa.Schema) -> dict[str, str]:
         else:
             types[field.name] = "string"
     return types
+
+
+def is_multi_value(arrow_type: pa.DataType) -> bool:
+    """Whether a segment column stored as `arrow_type` is a multi-value string: a list of strings."""
+    return (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)) and (
+        pa.types.is_string(arrow_type.value_type) or pa.types.is_large_string(arrow_type.value_type))

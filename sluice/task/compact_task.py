@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from sluice.ids import DataSourceName
-from sluice.segment.columns import parquet_column_types
+from sluice.segment.columns import is_multi_value, parquet_column_types
 from sluice.segment.deep_storage import default_cache_dir
 from sluice.segment.segment import DataSegment, Interval
 from sluice.segment.timeline import VersionedIntervalTimeline
@@ -221,6 +221,8 @@ class InputSegment:
 
     segment: DataSegment
     column_types: Mapping[str, str]
+    #: the string dimensions the file holds as lists: multi-values, already in their multiValueHandling's order
+    multi_values: frozenset[str] = frozenset()
 
 
 def select_segments(spec: CompactionTaskSpec, used: Sequence[DataSegment]) -> list[DataSegment]:
@@ -279,12 +281,15 @@ def combining_aggregator(aggregator: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def dimension_schema(segments: Sequence[InputSegment]) -> list[dict[str, str]]:
-    """Every segment's dimensions, newest segment first (Druid prefers the latest type of a dimension)."""
+    """Every segment's dimensions, newest segment first (Druid prefers the latest type of a dimension). A multi-value
+    keeps its values in the order the segments hold them (ARRAY), as Druid keeps a column's multiValueHandling."""
     seen: dict[str, str] = {}
     for item in sorted(segments, key=lambda s: (s.segment.interval, s.segment.version), reverse=True):
         for name in item.segment.dimensions:
             seen.setdefault(name, item.column_types.get(name, "string"))
-    return [{"name": name, "type": kind} for name, kind in seen.items()]
+    multi_values = {name for item in segments for name in item.multi_values}
+    return [{"name": name, "type": kind, **({"multiValueHandling": "ARRAY"} if name in multi_values else {})}
+            for name, kind in seen.items()]
 
 
 def metrics_schema(segments: Sequence[InputSegment]) -> list[dict[str, Any]]:
@@ -406,7 +411,7 @@ class CompactionTask:
         """Each interval's batch in turn; the first that fails fails the task with its reason."""
         used = self.toolbox.metadata.used_segments(self.spec.data_source)
         chosen = select_segments(self.spec, used)
-        inputs = [InputSegment(s, self._column_types(s)) for s in chosen]
+        inputs = [self._input(s) for s in chosen]
         for payload in compaction_payloads(self.spec, inputs):
             if self._stopped.is_set():
                 raise TaskFailure("task was stopped")
@@ -418,10 +423,11 @@ class CompactionTask:
             if status.status_code != "SUCCESS":
                 raise TaskFailure(status.error_msg or f"compacting {self.spec.data_source} failed")
 
-    def _column_types(self, segment: DataSegment) -> dict[str, str]:
-        """The types the segment's file stores its columns as; a tombstone has no rows to read, nor a type."""
+    def _input(self, segment: DataSegment) -> InputSegment:
+        """The segment with the types its file stores its columns as; a tombstone has no rows to read, nor a type."""
         if segment.shard_spec.get("type") == "tombstone" or not segment.load_spec:
-            return {}
-        path = self.toolbox.deep_storage.fetch(segment.load_spec, default_cache_dir())
-        return parquet_column_types(pq.read_schema(path))
+            return InputSegment(segment, {})
+        schema = pq.read_schema(self.toolbox.deep_storage.fetch(segment.load_spec, default_cache_dir()))
+        return InputSegment(segment, parquet_column_types(schema),
+                            frozenset(field.name for field in schema if is_multi_value(field.type)))
 

@@ -102,6 +102,18 @@ def test_dimensions_are_the_union_newest_segment_first_with_its_types():
         {"name": "page", "type": "long"}, {"name": "user", "type": "string"}, {"name": "channel", "type": "string"}]
 
 
+def test_a_multi_value_dimension_keeps_the_order_its_segments_hold():
+    """Ingestion put the values in the dimension's multiValueHandling order (sorted, or as they came): compaction
+    re-reads them as they are, which is ARRAY; one segment holding the dimension as a list is enough."""
+    older = InputSegment(segment(DAY1, dimensions=("tags", "page")), {"tags": "string", "page": "string"})
+    listed = InputSegment(segment(DAY2, dimensions=("tags", "page")), {"tags": "string", "page": "string"},
+                          frozenset({"tags"}))
+    [payload] = compaction_payloads(compact(interval="2024-03-01/2024-03-03", granularitySpec={
+        "segmentGranularity": "DAY"}), [older, listed])
+    assert payload["spec"]["dataSchema"]["dimensionsSpec"]["dimensions"] == [
+        {"name": "tags", "type": "string", "multiValueHandling": "ARRAY"}, {"name": "page", "type": "string"}]
+
+
 def test_a_compacted_segment_and_a_raw_one_combine_the_same_way():
     compacted = segment(DAY1, version="v2", aggregators=({"type": "longSum", "name": "count", "fieldName": "count"},))
     raw = segment(DAY2, aggregators=(COUNT,))
