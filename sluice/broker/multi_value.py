@@ -36,12 +36,15 @@ from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from sluice.broker.array_functions import ARRAY_FUNCTIONS
 from sluice.broker.complex_types import mark_scope_columns, selected_sources, source_type
+from sluice.broker.errors import SqlError
 
 #: the kind a data source's column mapping gives a multi-value string column (see `sql.translate_query`)
 MULTI_VALUE = "multiValueString"
 #: the one field of the STRUCT a query's multi-value output comes in: DuckDB has one list type for an ARRAY result and
 #: a multi-value one, which Druid types and writes differently, so the engine tells them apart by this wrapper
 OUTPUT_FIELD = "__sluice_multi_value"
+#: the query context key that allows grouping by a multi-value column (Druid's default: true)
+UNNESTING = "groupByEnableMultiValueUnnesting"
 _MARK = "multi_value"  # meta key of a column reference that reads a multi-value column
 _NAME = "__sluice_mv_"  # unnested values and lambda parameters: names no column has
 
@@ -67,9 +70,9 @@ def row_value(output: dict[str, list[str | None] | None]) -> str | list[str | No
     return values[0] if len(values) == 1 else values
 
 
-def rewrite_multi_value(statement: exp.Query, columns: Mapping[str, Collection[str]]) -> None:
+def rewrite_multi_value(statement: exp.Query, columns: Mapping[str, Collection[str]], unnesting: bool = True) -> None:
     """Rewrites `statement` in place to read the multi-value columns (`columns`: each data source's, by name) as
-    Druid does."""
+    Druid does. Without `unnesting` (groupByEnableMultiValueUnnesting false) grouping by one is an error."""
     if not any(columns.values()):
         return
     kinds = {source: dict.fromkeys(names, MULTI_VALUE) for source, names in columns.items()}
@@ -79,7 +82,7 @@ def rewrite_multi_value(statement: exp.Query, columns: Mapping[str, Collection[s
     for scope in traverse_scope(statement):
         mark_scope_columns(scope, kinds, _MARK, settled)
         if isinstance(scope.expression, exp.Select):
-            _unnest_groups(scope.expression, names)
+            _unnest_groups(scope.expression, names, unnesting)
             scopes[id(scope.expression)] = scope
         for condition, references in _conditions(scope):
             _match_any_value(condition, references, names)
@@ -184,9 +187,10 @@ def _values(column: exp.Expr) -> exp.Expr:
 # -------------------------------------------------------------------------------------------------------- grouping
 
 
-def _unnest_groups(select: exp.Select, names: Iterator[str]) -> None:
+def _unnest_groups(select: exp.Select, names: Iterator[str], unnesting: bool) -> None:
     """GROUP BY a multi-value column (or an expression of its values, or an MV_ function's value): one row per value
-    (CROSS JOIN UNNEST, after the WHERE), the grouped expressions reading the value instead of the list."""
+    (CROSS JOIN UNNEST, after the WHERE), the grouped expressions reading the value instead of the list; SqlError
+    without `unnesting`, as Druid's groupBy engine refuses it."""
     distinct = select.args.get("distinct")
     if select.args.get("group") is None and distinct is not None and not distinct.args.get("on") and any(
             _marked(projection.unalias()) for projection in select.expressions):
@@ -205,6 +209,11 @@ def _unnest_groups(select: exp.Select, names: Iterator[str]) -> None:
                 lists.setdefault(exp.column(column.name, column.table or None, quoted=True), [])
     if not lists:
         return
+    if not unnesting:
+        unnested = next(iter(lists))
+        name = unnested.name if isinstance(unnested, exp.Column) else unnested.sql(dialect="druid")
+        raise SqlError(f"Encountered multi-value dimension [{name}] that cannot be processed with "
+                       f"'{UNNESTING}' set to false. Consider setting '{UNNESTING}' to true in your query context.")
     parts = [*select.expressions, group, select.args.get("having"), select.args.get("order")]
     for part in (p for p in parts if p is not None):
         for node in list(part.walk()):

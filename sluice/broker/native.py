@@ -16,6 +16,7 @@ from sqlglot import exp
 from sluice.broker import native_query as q
 from sluice.broker.broker import Broker
 from sluice.broker.engine import QueryResult
+from sluice.broker.multi_value import UNNESTING
 from sluice.broker.native_datasources import tables
 from sluice.broker.native_metadata import metadata_chunks, segment_metadata_result, segment_metadata_sql
 from sluice.broker.native_relations import Catalog, view
@@ -109,6 +110,7 @@ class NativeQueryRunner:
 
 
 def sql_context(context: Mapping[str, Any], query_id: str | None) -> dict[str, Any]:
-    """The parts of a native query's context that its SQL statement honours: the timeout, and the id to cancel by."""
-    honoured = {"timeout": context["timeout"]} if "timeout" in context else {}
+    """The parts of a native query's context that its SQL statement honours: the timeout, groupBy's multi-value
+    unnesting, and the id to cancel by."""
+    honoured = {key: context[key] for key in ("timeout", UNNESTING) if key in context}
     return honoured | ({"sqlQueryId": query_id} if query_id else {})

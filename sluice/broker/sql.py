@@ -58,6 +58,8 @@ class QueryContext:
     timeout_ms: int = DEFAULT_TIMEOUT_MS  # timeout; 0 means none
     outer_limit: int | None = None  # sqlOuterLimit: at most this many rows come back
     stringify_arrays: bool = True  # sqlStringifyArrays: arrays are written as JSON text
+    #: groupByEnableMultiValueUnnesting: grouping by a multi-value column groups each value (else it is an error)
+    multi_value_unnesting: bool = True
 
     @classmethod
     def parse(cls, context: Mapping[str, Any] | None) -> QueryContext:
@@ -75,6 +77,7 @@ class QueryContext:
                 timeout_ms=context_value(context, "timeout", DEFAULT_TIMEOUT_MS, as_int) or 0,
                 outer_limit=context_value(context, "sqlOuterLimit", None, as_int),
                 stringify_arrays=context_value(context, "sqlStringifyArrays", True, as_bool),
+                multi_value_unnesting=context_value(context, "groupByEnableMultiValueUnnesting", True, as_bool),
             )
         except ValueError as e:
             raise SqlError(str(e)) from None
@@ -136,7 +139,7 @@ def translate_query(sql: str, tables: Collection[str], context: Mapping[str, Any
         mark_complex_columns(statement, {source: {name: kind for name, kind in columns.items() if kind != MULTI_VALUE}
                                          for source, columns in kinds.items()})
         rewrite_multi_value(statement, {source: [name for name, kind in columns.items() if kind == MULTI_VALUE]
-                                        for source, columns in kinds.items()})
+                                        for source, columns in kinds.items()}, query_context.multi_value_unnesting)
     constant_pi(statement)
     _name_projections(statement)
     rewrite_druid_functions(statement, query_context.session)

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sluice.broker.broker import Broker
+from sluice.broker.errors import SqlError
 from sluice.broker.native import NativeQueryRunner
 from sluice.broker.results import render
 from sluice.realtime import RealtimeView
@@ -140,6 +141,23 @@ def test_group_by_label_and_tags_unnests_each_row(broker: Broker) -> None:
         ("row2", "t3"), ("row2", "t4"), ("row2", "t5"),
         ("row3", "t5"), ("row3", "t6"), ("row3", "t7"),
         ("row4", None), ("row5", None)]
+
+
+def test_grouping_by_the_column_is_an_error_without_unnesting(broker: Broker) -> None:
+    """groupByEnableMultiValueUnnesting false: Druid's groupBy refuses to group by a multi-value column, in SQL and
+    in a native query; MV_TO_ARRAY groups by the list instead."""
+    context = {"groupByEnableMultiValueUnnesting": False}
+    with pytest.raises(SqlError, match=r"multi-value dimension \[tags\] .* 'groupByEnableMultiValueUnnesting' set "
+                                       "to false") as raised:
+        broker.sql(f"SELECT tags, COUNT(*) FROM {SOURCE} GROUP BY tags", context=context)
+    assert raised.value.status == 400
+    with pytest.raises(SqlError, match="groupByEnableMultiValueUnnesting"):
+        _native(broker, {"queryType": "groupBy", "dimensions": ["tags"], "context": context,
+                         "aggregations": [{"type": "count", "name": "count"}]})
+    assert _sql(broker, f"SELECT MV_TO_ARRAY(tags) AS t, COUNT(*) FROM {SOURCE} WHERE label IN ('row1', 'row0') "
+                        "GROUP BY 1 ORDER BY 1", context) == [(["t1"], 1), (["t1", "t2", "t3"], 1)]
+    assert _sql(broker, f"SELECT label, COUNT(*) FROM {SOURCE} WHERE tags = 't3' GROUP BY label ORDER BY label",
+                context) == [("row1", 1), ("row2", 1)]
 
 
 def test_the_filter_keeps_whole_rows_before_they_are_unnested(broker: Broker) -> None:
