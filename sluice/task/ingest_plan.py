@@ -286,12 +286,16 @@ class Discovery:
     transformed: tuple[str, ...] = ()
 
     def entries_sql(self) -> str:
-        """The row's discovered entries, over the typed row (FIELDS_MAP and the transforms' columns)."""
+        """The row's discovered entries, over the typed row (FIELDS_MAP and the transforms' columns). Without
+        `typed`, an array is a multi-value string, as a listed string dimension's (`multi_value_sql`), in Druid's
+        default SORTED_ARRAY order; schema discovery keeps it as JSON."""
         excluded = ", ".join(string_literal(name) for name in self.excluded)
         fields = FIELDS_MAP
         if self.transformed:
             cases = " ".join(f"WHEN {string_literal(t)} THEN CAST({q(t)} AS STRING)" for t in self.transformed)
             fields = f"transform_values({FIELDS_MAP}, (k, v) -> CASE k {cases} ELSE v END)"
+        if not self.typed:
+            fields = f"transform_values({fields}, (k, v) -> {multi_value_sql('v', 'SORTED_ARRAY')})"
         return (f"array_sort(map_entries(map_filter({fields}, (k, v) -> v IS NOT NULL AND "
                 f"NOT array_contains(array({excluded}), k))))")
 

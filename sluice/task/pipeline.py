@@ -11,7 +11,7 @@ import json
 import shutil
 import uuid
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
@@ -166,11 +166,16 @@ class RowPipeline:
         rows, observation = self._observed(raw, count_keys)
         target = persist_dir.with_name(f"{persist_dir.name}-entries") if self.plan.discovery else persist_dir
         _write_persist(self.rolled_up(rows, rollup), target)
+        discovered: tuple[str, ...] = ()
         if self.plan.discovery:
-            _write_persist(_drawn_out(self.spark.read.parquet(str(target)), len(self._persist_columns().keys)),
-                           persist_dir)
+            entries = self.spark.read.parquet(str(target))
+            drawn_out, discovered = _drawn_out(entries, len(self._persist_columns().keys),
+                                               multi_values=not self.plan.discovery.typed)
+            _write_persist(drawn_out, persist_dir)
             shutil.rmtree(target, ignore_errors=True)
         result = self._persist_result(observation)
+        if discovered:
+            result = replace(result, multi_values=(*result.multi_values, *discovered))
         persists.write_multi_values(persist_dir, result.multi_values)  # for the merge at publish, also after a restore
         return result
 
@@ -336,14 +341,19 @@ def _write_persist(rows: DataFrame, persist_dir: Path) -> None:
     rows.write.mode("overwrite").option("parquet.enable.dictionary", "false").parquet(str(persist_dir))
 
 
-def _drawn_out(rows: DataFrame, keys: int) -> DataFrame:
+def _drawn_out(rows: DataFrame, keys: int, multi_values: bool) -> tuple[DataFrame, tuple[str, ...]]:
     """Rows with their discovered entries (DISCOVERED) as columns, in name order, after the first `keys` other
-    columns (`__time` and the listed dimensions)."""
-    names = rows.select(F.explode(F.col(DISCOVERED).getField("key")).alias("name")).distinct().collect()
+    columns (`__time` and the listed dimensions); with `multi_values`, the names of those a row holds several values
+    of (a JSON array, `Discovery.entries_sql`), found by the same job."""
+    entry = F.explode(F.col(DISCOVERED)).alias("entry")
+    several = F.expr(IS_MULTI_VALUE_SQL.format(c="entry.value")) if multi_values else F.lit(False)
+    found = rows.select(entry).groupBy(F.col("entry.key").alias("name")).agg(F.bool_or(several).alias("several"))
+    names = sorted((r.name, r.several) for r in found.collect())
     fields = F.map_from_entries(DISCOVERED)
     rest = [name for name in rows.columns if name != DISCOVERED]
-    return rows.select(*map(_column, rest[:keys]), *(fields[name].alias(name) for name in sorted(r.name for r in names)),
-                       *map(_column, rest[keys:]))
+    drawn_out = rows.select(*map(_column, rest[:keys]), *(fields[name].alias(name) for name, _ in names),
+                            *map(_column, rest[keys:]))
+    return drawn_out, tuple(name for name, several in names if several)
 
 
 def _inferred_types(rows: DataFrame, columns: list[str]) -> DataFrame:

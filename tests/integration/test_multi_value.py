@@ -144,8 +144,9 @@ def test_a_streaming_tasks_multi_value_rows_read_the_same_before_and_after_their
     spec = supervisor_spec(ds, topic, kafka_broker.bootstrap_servers, taskCount=1, taskDuration="PT1H")
     spec["spec"]["dataSchema"].update(TAGGED_SCHEMA)
     assert http.post("/druid/indexer/v1/supervisor", json=spec).status_code == 200
-    wait_for(lambda: sql(http, f"SELECT SUM(n) AS n FROM {ds}") == [{"n": 15}], 120, "the rows read")
-    assert committed_offsets(node, ds) == {}  # still unpublished
+    read = {"query": f"SELECT SUM(n) AS n FROM {ds}"}  # a 400 until the first persist: no such table yet
+    wait_for(lambda: http.post("/druid/v2/sql", json=read).json() == [{"n": 15}], 120, "the rows read")
+    assert committed_offsets(node, ds) == {0: 0}  # where the task group started: nothing published yet
     _assert_tagged_reads_value_by_value(http, ds)
     assert http.post(f"/druid/indexer/v1/supervisor/{ds}/terminate").status_code == 200
     wait_for(lambda: committed_offsets(node, ds) == end, 120, "the rows published")

@@ -34,14 +34,15 @@ SECOND = [
 
 
 def merged(spark: SparkSession, tmp_path: Path, dimensions_spec: dict[str, Any],
-           transforms: list[dict[str, Any]] = ()) -> pq.ParquetFile:
-    """FIRST and SECOND persisted apart (rolled up at HOUR), merged into one segment."""
+           transforms: list[dict[str, Any]] = (), batches: tuple[list[dict[str, Any]], ...] = (FIRST, SECOND),
+           ) -> pq.ParquetFile:
+    """The batches (FIRST and SECOND) persisted apart (rolled up at HOUR), merged into one segment."""
     spec = {"dataSource": "d", "timestampSpec": {"column": "ts"}, "dimensionsSpec": dimensions_spec,
             "metricsSpec": [{"type": "count", "name": "rows"}, {"type": "longSum", "name": "n", "fieldName": "n"}],
             "granularitySpec": {"queryGranularity": "HOUR"}, "transformSpec": {"transforms": list(transforms)}}
     p = RowPipeline(spark, compile_plan(DataSchema.model_validate(spec)))
     persists = []
-    for i, events in enumerate((FIRST, SECOND)):
+    for i, events in enumerate(batches):
         persists.append(tmp_path / f"persist-{i}")
         records = spark.createDataFrame([(0, o, None, json.dumps(e).encode()) for o, e in enumerate(events)],
                                         RAW_SCHEMA)
@@ -66,6 +67,21 @@ def test_schemaless_ingestion_makes_every_other_field_a_string_dimension_across_
                   key=str) == sorted([
         ("a", "fr", "7", None, None, 1, 1), ("a", "fr", "8", None, None, 1, 2), ("a", "fr", "x9", None, None, 1, 8),
         ("b", None, None, None, '{"x":1}', 1, 4), ("b", None, None, "phone", None, 1, 16)], key=str)
+
+
+def test_schemaless_ingestion_makes_an_array_a_multi_value_dimension_and_schema_discovery_json(spark, tmp_path):
+    """Druid's string discovery ingests an array as a multi-value string in SORTED_ARRAY order (no value is null,
+    one a plain value); a persist notes the column and the merge stores it as a list. Schema discovery types it."""
+    batches = ([{"ts": "2024-01-01T00:10:00Z", "page": "a", "tags": ["z", "y"], "n": 1},
+                {"ts": "2024-01-01T00:20:00Z", "page": "a", "tags": ["y", "z"], "n": 2}],
+               [{"ts": "2024-01-01T00:40:00Z", "page": "b", "tags": "solo", "n": 4},
+                {"ts": "2024-01-01T00:50:00Z", "page": "c", "tags": [], "n": 8}])
+    file = merged(spark, tmp_path / "strings", {"dimensions": []}, batches=batches)
+    assert str(file.schema_arrow.field("tags").type) == "list<element: string>"
+    assert {(r["page"], tuple(r["tags"] or ()), r["rows"], r["n"]) for r in rows_of(file)} == {
+        ("a", ("y", "z"), 2, 3), ("b", ("solo",), 1, 4), ("c", (), 1, 8)}
+    typed = merged(spark, tmp_path / "typed", {"dimensions": [], "useSchemaDiscovery": True}, batches=batches)
+    assert str(typed.schema_arrow.field("tags").type) == "struct<json: string>"
 
 
 def test_schema_discovery_types_a_column_long_or_double_when_every_value_is_one(spark, tmp_path):
