@@ -313,7 +313,13 @@ def main() -> None:
     parser.add_argument("--quiet-wait", type=float, default=None,
                         help="seconds to wait for other work on the machine to stop (default 120, smoke 0)")
     parser.add_argument("--timeout", type=float, default=1200.0, help="per benchmark, seconds")
+    parser.add_argument("--extra", action="append", default=[], metavar="NAME:ARGS",
+                        help="more arguments for one benchmark, e.g. 'ingest:--datasets synthetic' (repeatable)")
     args = parser.parse_args()
+    extra: dict[str, list[str]] = {}
+    for item in args.extra:
+        name, _, more = item.partition(":")
+        extra.setdefault(name.strip(), []).extend(more.split())
     out = args.out or HERE / ("results-smoke.json" if args.smoke else "results.json")
     only = {name.strip() for name in args.only.split(",") if name.strip()}
     quiet_wait = args.quiet_wait if args.quiet_wait is not None else (0.0 if args.smoke else 120.0)
@@ -327,7 +333,7 @@ def main() -> None:
     for name, full, smoke in BENCHMARKS:
         if only and name not in only:
             continue
-        results[name] = run_benchmark(name, smoke if args.smoke else full, args.timeout)
+        results[name] = run_benchmark(name, [*(smoke if args.smoke else full), *extra.get(name, [])], args.timeout)
     foreign_cpu_s = foreign.stop()
     wall_s = time.monotonic() - began
     console.print()
