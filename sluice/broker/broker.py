@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from sluice.broker import system_tables as sys_tables
-from sluice.broker.engine import ClippedFile, QueryResult, RealtimeFile, SegmentFile, SegmentFileGone, SqlEngine, complex_columns, \
-    multi_value_columns, table_columns
+from sluice.broker.engine import ClippedFile, QueryResult, RealtimeFile, SegmentFile, SegmentFileGone, SqlEngine, \
+    complex_columns, multi_value_columns, table_columns
 from sluice.broker.errors import SqlError
 from sluice.broker.intervals import overlaps_any
 from sluice.broker.loaded import LoadedDataSources
@@ -204,7 +204,8 @@ class Broker:
         pieces = snapshot.realtime.get(source, [])
         files = [self._file(snapshot, s) for s in segments
                  if any(overlaps_any(part, intervals) for part in snapshot.clipped.get(s.id, (s.interval,)))]
-        files += [_realtime_file(piece) for piece in pieces if overlaps_any(piece_footer(piece.path).interval, intervals)]
+        files += [_realtime_file(piece) for piece in pieces
+                  if overlaps_any(piece_footer(piece.path).interval, intervals)]
         return files or ([self._file(snapshot, segments[0])] if segments else [_realtime_file(pieces[0])])
 
     def _file(self, snapshot: _Snapshot, segment: DataSegment) -> SegmentFile:

@@ -89,7 +89,8 @@ class NativeQueryRunner:
             if isinstance(query, q.SegmentMetadataQuery):
                 chunks = metadata_chunks(query, source)
                 # the columns the chunks' files hold as multi-value strings (elsewhere they may have several values)
-                multi_value = self._broker.multi_value_columns(source.name, [s.interval for c in chunks for s in c.segments])
+                intervals = [segment.interval for chunk in chunks for segment in chunk.segments]
+                multi_value = self._broker.multi_value_columns(source.name, intervals)
                 return segment_metadata_result(query, chunks,
                                                self._sql(segment_metadata_sql(chunks, source, multi_value), context))
             return shape(query, source, self._sql(translate(query, source), context))

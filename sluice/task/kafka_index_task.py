@@ -238,7 +238,8 @@ class KafkaIndexTask:
         task_dir = self.toolbox.task_dir
         return [RealtimeView(self.spec.data_source, s.sequence_name, dict(s.start_offsets),
                              sum(min(current[p], s.end_offsets[p]) - start for p, start in s.start_offsets.items()),
-                             tuple(str(f) for persist in s.persists for f in sorted((task_dir / persist).glob("*.parquet"))),
+                             tuple(str(f) for persist in s.persists
+                                   for f in sorted((task_dir / persist).glob("*.parquet"))),
                              multi_values([task_dir / persist for persist in s.persists]))
                 for s in unpublished]
 

@@ -108,7 +108,8 @@ TAGGED = [{"ts": "2024-06-01T01:00:00Z", "page": "a", "tags": ["t2", "t1"], "n":
 # the values as they came (ARRAY), which compaction keeps
 TAGGED_SCHEMA = {"timestampSpec": {"column": "ts", "format": "iso"},
                  "dimensionsSpec": {"dimensions": ["page", {"name": "tags", "multiValueHandling": "ARRAY"}]},
-                 "metricsSpec": [{"type": "count", "name": "count"}, {"type": "longSum", "name": "n", "fieldName": "n"}]}
+                 "metricsSpec": [{"type": "count", "name": "count"},
+                                 {"type": "longSum", "name": "n", "fieldName": "n"}]}
 
 
 def _assert_tagged_reads_value_by_value(http, ds: str) -> None:
