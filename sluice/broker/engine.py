@@ -386,10 +386,10 @@ def _scan(schema: pa.Schema, files: list[str], intervals: tuple[Interval, ...], 
         elif field.name in multi_value and not is_multi_value(field.type):  # a plain string of an older segment
             value = exp.column(field.name, quoted=True)
             present = exp.Not(this=exp.Is(this=value, expression=exp.null()))
-            listed = exp.Case(ifs=[exp.If(this=present, true=exp.array(value.copy()))])
+            ifs = [exp.If(this=present, true=exp.array(value.copy()))]
             if field.name in as_text:  # as the merge at publish reads it (ingest_plan.MULTI_VALUE_SQL)
-                listed = exp.Case(ifs=[exp.If(this=_json_array(value), true=_string_list(value)), *listed.args["ifs"]])
-            replaced.append(exp.alias_(listed, field.name, quoted=True))
+                ifs.insert(0, exp.If(this=_json_array(value), true=_string_list(value)))
+            replaced.append(exp.alias_(exp.Case(ifs=ifs), field.name, quoted=True))
     select = exp.select(exp.Star(replace=replaced) if replaced else exp.Star()).from_(exp.Table(this=scan))
     return select.where(_within(intervals, zoned)) if intervals else select
 
