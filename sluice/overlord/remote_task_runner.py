@@ -53,7 +53,6 @@ class HttpRemoteTaskRunner(StatusListeners):
                  task_cleanup_timeout: float | None = None, auth: tuple[str, str] | None = None) -> None:
         """`auth`: the escalator's credentials, for the workers' and peons' APIs."""
         super().__init__()
-        self._auth = auth
         self._metadata = metadata
         self._select = strategy(select_strategy)
         self._period = period
@@ -120,7 +119,7 @@ class HttpRemoteTaskRunner(StatusListeners):
             assigned = self._running.get(task_id)
         if assigned is None or assigned.location is None or not isinstance(assigned.spec, KafkaIndexTaskSpec):
             return None
-        return HttpTaskClient(assigned.spec, *assigned.location, auth=self._auth)
+        return HttpTaskClient(assigned.spec, *assigned.location, self._http)
 
     def shutdown(self, task_id: str, reason: str) -> None:
         with self._lock:
@@ -138,7 +137,7 @@ class HttpRemoteTaskRunner(StatusListeners):
         with self._lock:
             assigned = self._running.get(task_id)
         if assigned is not None and assigned.location is not None and \
-                (live := HttpTaskClient(assigned.spec, *assigned.location, auth=self._auth).report()):
+                (live := HttpTaskClient(assigned.spec, *assigned.location, self._http).report()):
             return live
         response = self._ask_ran_on(task_id, "reports")
         return response.json() if response is not None else None

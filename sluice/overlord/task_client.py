@@ -25,10 +25,13 @@ log = logging.getLogger(__name__)
 
 
 class HttpTaskClient:
-    def __init__(self, spec: KafkaIndexTaskSpec | TaskSpec, host: str, port: int, retries: int = 4,
-                 timeout: float = 10.0, pause_timeout: float = 30.0, auth: tuple[str, str] | None = None) -> None:
+    """`http` is the overlord's pooled client, shared by every task's client: a client per call loaded the CA bundle
+    each time, and that was most of a busy overlord's CPU."""
+
+    def __init__(self, spec: KafkaIndexTaskSpec | TaskSpec, host: str, port: int, http: httpx.Client,
+                 retries: int = 4, timeout: float = 10.0, pause_timeout: float = 30.0) -> None:
         self.spec = spec
-        self._auth = auth
+        self._http = http
         self._base = f"http://{host}:{port}{CHAT_PREFIX}/{spec.id}"
         self._retries = retries
         self._timeout = timeout
@@ -39,7 +42,7 @@ class HttpTaskClient:
         try:
             return Retrying(retry=retry_if_exception_type(httpx.TransportError), stop=stop_after_attempt(self._retries + 1),
                             wait=wait_exponential(multiplier=0.2, max=2.0), reraise=True)(
-                httpx.request, method, self._base + path, timeout=timeout or self._timeout, auth=self._auth, **kwargs)
+                self._http.request, method, self._base + path, timeout=timeout or self._timeout, **kwargs)
         except httpx.TransportError as error:
             log.warning("task %s unreachable: %s %s: %s", self.spec.id, method, path, error)
             return None
