@@ -171,6 +171,8 @@ def build_node_config(properties: Properties, emitter: EmitterConfig | None = No
                                                                 timedelta(seconds=60)).total_seconds(),
                           "indexing_period_s": read.duration("druid.coordinator.period.indexingPeriod",
                                                              timedelta(minutes=30)).total_seconds()}
+    if role is Role.ALL_IN_ONE:
+        role_settings["warm_up"] = read.boolean("sluice.spark.warmUp", True)
     if role is Role.OVERLORD:
         strategy = read.string("sluice.indexer.selectStrategy", "equalDistribution")
         if strategy not in ("equalDistribution", "fillCapacity"):

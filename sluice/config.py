@@ -85,6 +85,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("sluice.spark.master", "the Spark master tasks run on",
             {Role.ALL_IN_ONE: "local[*,4]", Role.OVERLORD: "local[2,4]", Role.WORKER: "local[2,4]",
              Role.BROKER: "local[2,4]"}, "--spark-master"),
+    Setting("sluice.spark.warmUp", "run a small read, persist and merge as the node starts, so that its first task "
+            "does not find Spark cold (about 20 s before the node is healthy)", "true", None,
+            frozenset({Role.ALL_IN_ONE})),
     Setting("druid.emitter", "where metrics go: prometheus (served on /metrics), logging, http, composing or noop; "
             "each emitter's own keys under druid.emitter.<type>.*", "prometheus"),
     Setting("druid.worker.capacity", "tasks (peons) at once", "2", "--capacity", frozenset({Role.WORKER})),

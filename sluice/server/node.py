@@ -93,6 +93,8 @@ class NodeConfig:
     metadata_uri: str | None = None
     deep_storage: str | None = None
     spark_master: str = "local[*,4]"
+    #: the all-in-one node runs `pipeline.warm_up` before it is healthy
+    warm_up: bool = True
     role: Role = Role.ALL_IN_ONE
     #: a worker's task slots (peons at once)
     capacity: int = 2
@@ -244,11 +246,12 @@ class Node:
         from sluice.task import pipeline, spark_session  # Spark starts here, not at import
 
         self.spark = spark_session.get_or_create(self.config.spark_master)
-        warm = self.config.work_dir / "warm-up"
-        try:
-            pipeline.warm_up(self.spark, warm)
-        finally:
-            shutil.rmtree(warm, ignore_errors=True)
+        if self.config.warm_up:
+            warm = self.config.work_dir / "warm-up"
+            try:
+                pipeline.warm_up(self.spark, warm)
+            finally:
+                shutil.rmtree(warm, ignore_errors=True)
 
         def toolbox(task_id: str, task_dir: Path) -> TaskToolbox:
             return TaskToolbox(self.spark, self.metadata, self.deep_storage, task_dir, self.stream_factory,

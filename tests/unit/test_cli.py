@@ -143,6 +143,13 @@ def test_druid_host_is_the_announced_name_and_bind_on_host_chooses_where_to_list
     assert (druids.url, druids.bind_address) == ("http://broker-1.example:8082", "0.0.0.0")
 
 
+def test_the_start_up_warm_up_is_on_unless_a_setting_turns_it_off() -> None:
+    assert build_node_config(resolve(Role.ALL_IN_ONE, [], environ={})).warm_up is True
+    assert build_node_config(resolve(Role.ALL_IN_ONE, [], environ={"sluice_spark_warmUp": "false"})).warm_up is False
+    with pytest.raises(ConfigError, match="sluice.spark.warmUp"):
+        build_node_config(resolve(Role.ALL_IN_ONE, [("f", {"sluice.spark.warmUp": "sometimes"})], environ={}))
+
+
 @pytest.mark.parametrize(("properties", "message"), [
     ({"druid.metadata.storage.type": "mysql"}, "druid.metadata.storage.type: [mysql] is not supported"),
     ({"druid.metadata.storage.type": "postgresql"}, "druid.metadata.storage.connector.connectURI: required"),
