@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import httpx
@@ -37,11 +38,18 @@ class SluiceProcess:
         self.process: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0) -> SluiceProcess:
+        self.launch()
+        return self.wait_healthy(timeout)
+
+    def launch(self) -> None:
         """No test measures speed, so an all-in-one node skips the warm-up that makes its first task's reads warm:
         healthy about 20 s sooner, its first read a few seconds slower."""
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(self._command, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, env=os.environ | {"sluice_spark_warmUp": "false"})
+
+    def wait_healthy(self, timeout: float = 60.0) -> SluiceProcess:
+        assert self.process is not None, "launch() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -67,6 +75,11 @@ class SluiceProcess:
             time.sleep(0.2)
         raise RuntimeError(f"overlord {self.url} did not become the leader in {timeout}s")
 
+    def terminate(self) -> None:
+        """SIGTERM: the graceful stop, not waited for."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+
     def kill(self) -> None:
         """kill -9: no shutdown hook runs."""
         if self.process is not None and self.process.poll() is None:
@@ -74,8 +87,8 @@ class SluiceProcess:
             self.process.wait(10)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+        self.terminate()
+        if self.process is not None:
             try:
                 self.process.wait(60)
             except subprocess.TimeoutExpired:
@@ -83,6 +96,24 @@ class SluiceProcess:
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=60)
+
+
+def start_all(*processes: SluiceProcess, timeout: float = 60.0) -> list[SluiceProcess]:
+    """Launch the processes side by side, as an operator's nodes start, then wait for each to be healthy."""
+    for process in processes:
+        process.launch()
+    return [process.wait_healthy(timeout) for process in processes]
+
+
+def stop_all(processes: Iterable[SluiceProcess]) -> None:
+    """Workers first, while the overlord still answers their peons, then the others; each group's graceful stops
+    overlap."""
+    processes = list(processes)
+    for group in ([p for p in processes if p.role == "worker"], [p for p in processes if p.role != "worker"]):
+        for process in group:
+            process.terminate()
+        for process in group:
+            process.stop()
 
 
 class Cluster:
@@ -94,14 +125,17 @@ class Cluster:
         self.processes: list[SluiceProcess] = []
 
     def start(self, role: str, *args: str) -> SluiceProcess:
-        process = SluiceProcess(role, self.work_dir, self.metadata_uri, *args)
-        self.processes.append(process)
-        return process.start()
+        [process] = self.start_all((role, *args))
+        return process
+
+    def start_all(self, *commands: Sequence[str]) -> list[SluiceProcess]:
+        """A process for each (role, *args), started side by side."""
+        processes = [SluiceProcess(role, self.work_dir, self.metadata_uri, *args) for role, *args in commands]
+        self.processes += processes
+        return start_all(*processes)
 
     def stop(self) -> None:
-        """Workers first (their peons stop with them), then the others."""
-        for process in sorted(self.processes, key=lambda p: p.role != "worker"):
-            process.stop()
+        stop_all(self.processes)
 
 
 def peon_pids(task_id: str) -> list[int]:

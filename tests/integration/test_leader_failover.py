@@ -13,7 +13,7 @@ import pytest
 
 from sluice.dev.sample_data import generate, produce
 from tests.integration.harness import supervisor_spec, wait_for
-from tests.integration.processes import SluiceProcess
+from tests.integration.processes import SluiceProcess, start_all, stop_all
 
 TASKS = "/druid/indexer/v1"
 LEASE_S = 4.0
@@ -35,11 +35,12 @@ def test_a_standby_takes_over_from_a_killed_leader_and_the_data_stays_exact(kafk
     uri = f"sqlite:///{tmp_path / 'metadata.db'}"
 
     def overlord(name: str) -> SluiceProcess:
-        return SluiceProcess("overlord", tmp_path, uri, "--config", str(config), name=name).start()
+        return SluiceProcess("overlord", tmp_path, uri, "--config", str(config), name=name)
 
-    overlords = [overlord("overlord_0"), overlord("overlord_1")]
-    others = [SluiceProcess("worker", tmp_path, uri, "--capacity", "4").start(),
-              SluiceProcess("broker", tmp_path, uri).start()]
+    *overlords, worker, broker = start_all(overlord("overlord_0"), overlord("overlord_1"),
+                                           SluiceProcess("worker", tmp_path, uri, "--capacity", "4"),
+                                           SluiceProcess("broker", tmp_path, uri))
+    others = [worker, broker]
     topic = "wiki-failover"
     kafka_broker.create_topic(topic, 2)
     records = generate(12_000, seed=11)
@@ -69,7 +70,7 @@ def test_a_standby_takes_over_from_a_killed_leader_and_the_data_stays_exact(kafk
             overlords.remove(leader)
             leader = wait_for(lambda: next((p for p in overlords if leads(p)), None), 3 * LEASE_S, "a new leader")
             takeovers.append(time.monotonic() - killed)
-            overlords.append(overlord(f"overlord_{len(takeovers) + 1}"))  # back, as a standby
+            overlords.append(overlord(f"overlord_{len(takeovers) + 1}").start())  # back, as a standby
             assert not leads(overlords[-1])
             ends = produce(kafka_broker.bootstrap_servers, topic, part, 2)
 
@@ -102,5 +103,4 @@ def test_a_standby_takes_over_from_a_killed_leader_and_the_data_stays_exact(kafk
 
             assert wait_for(lambda: active_segments() == 0, 60, "the retention duty to drop every segment") is True
     finally:
-        for process in [*others, *overlords]:
-            process.stop()
+        stop_all([*others, *overlords])

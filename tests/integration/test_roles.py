@@ -13,7 +13,7 @@ import pytest
 
 from sluice.dev.sample_data import generate, produce
 from tests.integration.harness import supervisor_spec, wait_for
-from tests.integration.processes import SluiceProcess, kill_9, peon_pids
+from tests.integration.processes import SluiceProcess, kill_9, peon_pids, start_all, stop_all
 
 TASKS = "/druid/indexer/v1"
 
@@ -48,11 +48,10 @@ def sum_count(broker: httpx.Client, data_source: str) -> int | None:
 @pytest.fixture
 def overlord_and_worker(cluster_dir: Path) -> Iterator[tuple[SluiceProcess, SluiceProcess]]:
     uri = metadata_uri(cluster_dir)
-    overlord = SluiceProcess("overlord", cluster_dir, uri).start()
-    worker = SluiceProcess("worker", cluster_dir, uri, "--capacity", "1").start()
+    overlord, worker = start_all(SluiceProcess("overlord", cluster_dir, uri),
+                                 SluiceProcess("worker", cluster_dir, uri, "--capacity", "1"))
     yield overlord, worker
-    for process in (worker, overlord):
-        process.stop()
+    stop_all((worker, overlord))
 
 
 def test_tasks_wait_for_a_free_slot_run_in_peons_and_report_through_the_overlord(overlord_and_worker) -> None:
@@ -88,9 +87,9 @@ def test_tasks_wait_for_a_free_slot_run_in_peons_and_report_through_the_overlord
 def test_a_worker_spreads_its_slots_over_its_base_task_dirs_and_finds_them_after_a_restart(cluster_dir: Path) -> None:
     uri = metadata_uri(cluster_dir)
     disks = [cluster_dir / "disk-a", cluster_dir / "disk-b"]
-    overlord_process = SluiceProcess("overlord", cluster_dir, uri).start()
     worker_args = ("--capacity", "2", "--base-task-dirs", ",".join(map(str, disks)))
-    worker = SluiceProcess("worker", cluster_dir, uri, *worker_args).start()
+    overlord_process, worker = start_all(SluiceProcess("overlord", cluster_dir, uri),
+                                         SluiceProcess("worker", cluster_dir, uri, *worker_args))
     try:
         with overlord_process.client() as overlord:
             for task_id in ("slot_0", "slot_1"):
@@ -109,8 +108,7 @@ def test_a_worker_spreads_its_slots_over_its_base_task_dirs_and_finds_them_after
                 assert wait_for(lambda: finished(overlord, task_id), 60, task_id)["errorMsg"] in (
                     "stopped", "the worker restarted and this task's peon was gone")
     finally:
-        for process in (worker, overlord_process):
-            process.stop()
+        stop_all((worker, overlord_process))
 
 
 def test_bad_task_submissions_are_400s_naming_the_problem(overlord_and_worker) -> None:
@@ -199,9 +197,9 @@ def test_a_dead_worker_fails_its_tasks_and_its_peons_exit(overlord_and_worker, c
 @pytest.mark.kafka
 def test_streaming_through_peons_is_exactly_once_when_peons_are_killed(kafka_broker, cluster_dir) -> None:
     uri = metadata_uri(cluster_dir)
-    processes = [SluiceProcess("overlord", cluster_dir, uri).start(),
-                 SluiceProcess("worker", cluster_dir, uri, "--capacity", "3").start(),
-                 SluiceProcess("broker", cluster_dir, uri).start()]
+    processes = start_all(SluiceProcess("overlord", cluster_dir, uri),
+                          SluiceProcess("worker", cluster_dir, uri, "--capacity", "3"),
+                          SluiceProcess("broker", cluster_dir, uri))
     overlord_process, _, broker_process = processes
     topic = "wiki-peons"
     kafka_broker.create_topic(topic, 2)
@@ -256,8 +254,7 @@ def test_streaming_through_peons_is_exactly_once_when_peons_are_killed(kafka_bro
             assert wait_for(total, 60, "the broker to see every row") == len(valid)
             overlord.post(f"{TASKS}/supervisor/wiki_peons/terminate")
     finally:
-        for process in reversed(processes):
-            process.stop()
+        stop_all(processes)
 
 
 @pytest.mark.spark
@@ -266,9 +263,9 @@ def test_a_restarted_overlord_adopts_the_reading_task_and_it_publishes_exactly_o
     """The broker sees none of the worker's disk (a machine of its own): the reading task's unpublished rows reach it
     over the task's chat API."""
     uri = metadata_uri(cluster_dir)
-    worker = SluiceProcess("worker", cluster_dir, uri, "--capacity", "2").start()
-    broker = SluiceProcess("broker", cluster_dir, uri, hidden=(cluster_dir / "worker",)).start()
-    overlord = SluiceProcess("overlord", cluster_dir, uri).start()
+    worker, broker, overlord = start_all(SluiceProcess("worker", cluster_dir, uri, "--capacity", "2"),
+                                         SluiceProcess("broker", cluster_dir, uri, hidden=(cluster_dir / "worker",)),
+                                         SluiceProcess("overlord", cluster_dir, uri))
     topic, ds = "wiki-adopt", "wiki_adopt"
     kafka_broker.create_topic(topic, 1)
     records = generate(10_000, seed=9)
@@ -298,5 +295,4 @@ def test_a_restarted_overlord_adopts_the_reading_task_and_it_publishes_exactly_o
             assert sum_count(sql_client, ds) == valid
             client.post(f"{TASKS}/supervisor/{ds}/terminate")
     finally:
-        for process in (overlord, broker, worker):
-            process.stop()
+        stop_all((overlord, broker, worker))

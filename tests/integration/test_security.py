@@ -28,7 +28,7 @@ from sluice.server.auth import UNSECURED_PATHS, is_guarded
 from sluice.server.node import Node
 from sluice.server.tls import TlsConfig
 from tests.integration.harness import free_port, running_node, wait_for
-from tests.integration.processes import SluiceProcess
+from tests.integration.processes import SluiceProcess, start_all, stop_all
 from tests.integration.test_batch_ingestion import ndjson, rows, run, task
 
 PROPERTIES = {
@@ -322,8 +322,8 @@ def test_internal_calls_go_as_the_escalator_between_processes(tmp_path: Path) ->
     config = tmp_path / "runtime.properties"
     config.write_text("".join(f"{key}={value}\n" for key, value in PROPERTIES.items()))
     uri = f"sqlite:///{tmp_path / 'metadata.db'}"
-    overlord = SluiceProcess("overlord", tmp_path, uri, "--config", str(config)).start()
-    worker = SluiceProcess("worker", tmp_path, uri, "--capacity", "1", "--config", str(config)).start()
+    overlord, worker = start_all(SluiceProcess("overlord", tmp_path, uri, "--config", str(config)),
+                                 SluiceProcess("worker", tmp_path, uri, "--capacity", "1", "--config", str(config)))
     try:
         with httpx.Client(base_url=overlord.url, timeout=60, auth=("admin", "admin-pw")) as admin:
             kill = {"type": "kill", "id": "kill_secured", "dataSource": "nothing_here",
@@ -339,8 +339,7 @@ def test_internal_calls_go_as_the_escalator_between_processes(tmp_path: Path) ->
         assert httpx.post(f"{overlord.url}{TASKS}/action", json={"task": "x", "action": {"type": "lockList"}}
                           ).status_code == 401
     finally:
-        worker.stop()
-        overlord.stop()
+        stop_all((worker, overlord))
 
 
 MATRIX_USERS = {"admin": "admin-pw", "m_reader": "pw", "m_writer": "pw", "m_watcher": "pw", "m_nobody": "pw",

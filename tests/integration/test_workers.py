@@ -115,9 +115,10 @@ def terminate_and_check(overlord: httpx.Client, broker: httpx.Client, uri: str, 
 @pytest.mark.spark
 @pytest.mark.kafka
 def test_tasks_spread_over_two_workers_and_a_killed_workers_group_moves_to_the_other(kafka_broker, cluster) -> None:
-    overlord_process, broker_process = cluster.start("overlord"), cluster.start("broker")
     # two slots each: equalDistribution puts one task on each, and the survivor has room for the moved group
-    workers = {f"127.0.0.1:{w.port}": w for w in (cluster.start("worker", "--capacity", "2") for _ in range(2))}
+    overlord_process, broker_process, *started = cluster.start_all(("overlord",), ("broker",),
+                                                                   *[("worker", "--capacity", "2")] * 2)
+    workers = {f"127.0.0.1:{w.port}": w for w in started}
     uri = cluster.metadata_uri
 
     topic, ds = "workers-spread", "workers_spread"
@@ -180,10 +181,10 @@ def test_tasks_spread_over_two_workers_and_a_killed_workers_group_moves_to_the_o
 @pytest.mark.spark
 @pytest.mark.kafka
 def test_a_restarted_worker_restores_its_reading_task_which_resumes_where_it_was(kafka_broker, cluster) -> None:
-    overlord_process, broker_process = cluster.start("overlord"), cluster.start("broker")
     properties = cluster.work_dir / "worker.properties"
     properties.write_text("sluice.log.format=json\n")  # its peons log as it does
-    worker = cluster.start("worker", "--capacity", "1", "--config", str(properties))
+    overlord_process, broker_process, worker = cluster.start_all(
+        ("overlord",), ("broker",), ("worker", "--capacity", "1", "--config", str(properties)))
     uri = cluster.metadata_uri
 
     topic, ds = "workers-restart", "workers_restart"
@@ -259,7 +260,7 @@ def test_a_restarted_worker_restores_its_reading_task_which_resumes_where_it_was
 
 
 def test_a_worker_that_stops_for_good_has_its_tasks_failed_after_the_cleanup_timeout(cluster) -> None:
-    overlord_process, worker = cluster.start("overlord"), cluster.start("worker", "--capacity", "1")
+    overlord_process, worker = cluster.start_all(("overlord",), ("worker", "--capacity", "1"))
     with overlord_process.client() as overlord:
         overlord.post(f"{TASKS}/task", json={"type": "noop", "id": "left_behind", "runTime": 600_000})
         wait_for(lambda: task_status(overlord, "left_behind")["location"]["port"] > 0, 30, "the task to run")
