@@ -17,6 +17,16 @@ from sluice.broker.complex_types import referenced_type
 from sluice.broker.errors import SqlError
 from sluice.broker.zones import Zone
 
+#: meta key of a DuckDB function that a rewrite ahead of the functions' own (`multi_value.py`) put in a query: it is
+#: no Druid function, so the functions' rewrite leaves it as it is
+ENGINE_FUNCTION = "engine_function"
+
+
+def engine_function(name: str, *args: exp.Expr) -> exp.Anonymous:
+    call = exp.Anonymous(this=name, expressions=list(args))
+    call.meta[ENGINE_FUNCTION] = True
+    return call
+
 
 @dataclass(frozen=True)
 class Call:

@@ -43,7 +43,7 @@ from sluice.broker.functions import Zone
 from sluice.broker.lookups import relation
 from sluice.broker import bloom, python_functions, sketches
 from sluice.broker.complex_types import COMPLEX_KINDS, arrow_complex_type, complex_type
-from sluice.broker.multi_value import MULTI_VALUE, is_output, row_value
+from sluice.broker.multi_value import JOIN_UNSUPPORTED, MULTI_VALUE, is_output, row_value
 from sluice.broker.sketches import to_base64
 from sluice.broker.sql import DUCKDB_SETTINGS, TIME_COLUMN, Translation, translate_query
 from sluice.broker.system_tables import SystemTable
@@ -646,4 +646,6 @@ _USER_ERRORS = (
 def _sql_error(error: duckdb.Error) -> SqlError:
     # DuckDB's message points into the translated SQL after its first line, which the user never wrote.
     message = _first_line(error)
+    if JOIN_UNSUPPORTED in message:
+        return SqlError.unsupported(JOIN_UNSUPPORTED)
     return SqlError(message) if isinstance(error, _USER_ERRORS) else SqlError.internal(message)

@@ -67,6 +67,11 @@ class SqlError(Exception):
                            "CAPACITY_EXCEEDED", "QueryCapacityExceededException")
 
     @classmethod
+    def unsupported(cls, message: str) -> SqlError:
+        """What Druid's query engine cannot run (Druid: 501, `Unsupported operation`)."""
+        return cls._legacy(message, 501, "Unsupported operation", "USER", "UNSUPPORTED", "QueryUnsupportedException")
+
+    @classmethod
     def internal(cls, message: str) -> SqlError:
         """A failure that is not the query's fault."""
         return cls(message, status=500, error_code="general", persona="ADMIN", category="UNCATEGORIZED")

@@ -18,7 +18,7 @@ from sqlglot.dialects.druid import Druid
 from sqlglot.tokens import TokenType
 
 from sluice.broker.array_functions import ARRAY_FUNCTIONS, rewrite_array
-from sluice.broker.calls import Call, DruidFunction, template
+from sluice.broker.calls import ENGINE_FUNCTION, Call, DruidFunction, template
 from sluice.broker.complex_types import is_pair, pair_part
 from sluice.broker.errors import SqlError
 from sluice.broker.json_functions import JSON_FUNCTIONS, rewrite_json
@@ -87,7 +87,7 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 
 def _rewrite(node: exp.Expr, session: Session) -> exp.Expr:
     zone = session.time_zone
-    if isinstance(node, exp.Anonymous):
+    if isinstance(node, exp.Anonymous) and not node.meta.get(ENGINE_FUNCTION):
         name = node.name.upper()
         return _DRUID_FUNCTIONS[name].build(Call(name, list(node.expressions), zone))
     if isinstance(node, exp.Floor) and node.args.get("to"):

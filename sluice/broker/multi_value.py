@@ -35,6 +35,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from sluice.broker.array_functions import ARRAY_FUNCTIONS
+from sluice.broker.calls import engine_function
 from sluice.broker.complex_types import mark_scope_columns, selected_sources, source_type
 from sluice.broker.errors import SqlError
 
@@ -45,6 +46,9 @@ MULTI_VALUE = "multiValueString"
 OUTPUT_FIELD = "__sluice_multi_value"
 #: the query context key that allows grouping by a multi-value column (Druid's default: true)
 UNNESTING = "groupByEnableMultiValueUnnesting"
+#: Druid plans `tags IN (SELECT …)` and `tags = (SELECT …)` as a join, and its join matchers refuse a row of several
+#: values (IndexedTableJoinMatcher); the engine turns this text, raised by the query, into Druid's 501
+JOIN_UNSUPPORTED = "Joining against a multi-value dimension is not supported."
 _MARK = "multi_value"  # meta key of a column reference that reads a multi-value column
 _NAME = "__sluice_mv_"  # unnested values and lambda parameters: names no column has
 
@@ -149,7 +153,12 @@ def _conditions(scope: Scope) -> list[tuple[exp.Expr, list[exp.Column]]]:
 
 
 def _match_any_value(condition: exp.Expr, references: list[exp.Column], names: Iterator[str]) -> None:
-    """Replaces `condition` by whether it holds for any value of the rows' multi-value columns it reads."""
+    """Replaces `condition` by whether it holds for any value of the rows' multi-value columns it reads; a condition
+    on a subquery (a join, in Druid) reads a row's one value and fails on a row of several."""
+    if condition.find(exp.Query) is not None:
+        for reference in references:
+            reference.replace(_single_value(reference.copy()))
+        return
     negated = isinstance(condition, exp.NEQ)  # Druid plans `a <> b` as NOT (a = b)
     per_value: dict[tuple[str, str], tuple[exp.Column, str]] = {}
     for reference in references:
@@ -176,6 +185,13 @@ def _any(column: exp.Expr, name: str, condition: exp.Expr) -> exp.Expr:
     unknown = exp.Is(this=exp.paren(condition.copy()), expression=exp.null())
     return exp.Case(ifs=[exp.If(this=holding(condition), true=exp.true()),
                          exp.If(this=holding(unknown), true=exp.null())], default=exp.false())
+
+
+def _single_value(column: exp.Expr) -> exp.Expr:
+    """A row's one value, null for none; Druid's JOIN_UNSUPPORTED error for a row of several."""
+    several = exp.GT(this=exp.ArraySize(this=column.copy()), expression=exp.Literal.number(1))
+    return exp.Case(ifs=[exp.If(this=several, true=engine_function("ERROR", exp.Literal.string(JOIN_UNSUPPORTED)))],
+                    default=engine_function("LIST_EXTRACT", column.copy(), exp.Literal.number(1)))
 
 
 def _values(column: exp.Expr) -> exp.Expr:

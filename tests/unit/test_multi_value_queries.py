@@ -128,6 +128,20 @@ def test_a_filter_matches_a_row_when_any_of_its_values_matches(broker: Broker, w
     assert _labels(broker, where) == labels
 
 
+def test_a_subquery_condition_is_a_join_which_refuses_a_row_of_several_values(broker: Broker) -> None:
+    """Druid plans `tags IN (SELECT …)` as a join; its join matcher reads a row's one value (none: null) and fails
+    the query on a row of several, with QueryUnsupportedException's 501."""
+    subquery = f"(SELECT label FROM {SOURCE} WHERE label = 'row9' UNION ALL SELECT 't1')"
+    assert _labels(broker, f"label IN ('row0', 'row5') AND tags IN {subquery}") == ["row0"]
+    assert _labels(broker, f"label IN ('row0', 'row4', 'row5') AND tags NOT IN {subquery}") == []
+    with pytest.raises(SqlError) as refused:
+        _labels(broker, f"tags IN {subquery}")
+    assert (refused.value.status, refused.value.to_json()["error"], refused.value.error_message,
+            refused.value.error_class) == (501, "Unsupported operation",
+                                           "Joining against a multi-value dimension is not supported.",
+                                           "org.apache.druid.query.QueryUnsupportedException")
+
+
 def test_group_by_gives_each_value_its_own_group_and_rows_with_none_the_null_group(broker: Broker) -> None:
     assert _sql(broker, f"SELECT tags, COUNT(*) FROM {SOURCE} GROUP BY tags ORDER BY tags NULLS FIRST") == [
         (None, 2), ("t1", 2), ("t2", 1), ("t3", 2), ("t4", 1), ("t5", 2), ("t6", 1), ("t7", 1)]
