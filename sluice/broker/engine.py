@@ -41,7 +41,7 @@ from sluice.broker.errors import SqlError
 from sluice.broker.limits import DEFAULT_MAX_RESULT_BYTES
 from sluice.broker.functions import Zone
 from sluice.broker.lookups import relation
-from sluice.broker import bloom, python_functions, sketches
+from sluice.broker import bloom, python_functions, sketches, tdigest
 from sluice.broker.complex_types import COMPLEX_KINDS, arrow_complex_type, complex_type
 from sluice.broker.multi_value import JOIN_UNSUPPORTED, MULTI_VALUE, is_output, row_value
 from sluice.broker.sketches import to_base64
@@ -326,6 +326,7 @@ def register_python_functions(conn: duckdb.DuckDBPyConnection) -> None:
     """The functions translated queries call that run in Python (sketches…); a locked-down database takes them."""
     sketches.register(conn)
     bloom.register(conn)
+    tdigest.register(conn)
     python_functions.register(conn)
 
 

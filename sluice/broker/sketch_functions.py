@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from sluice.broker import bloom
+from sluice.broker import bloom, tdigest
 from sluice.broker.calls import Call, DruidFunction, template
 from sluice.broker.complex_types import COMPLEX_KINDS
 from sluice.broker.errors import SqlError
@@ -217,6 +217,13 @@ def _decode_base64_complex(call: Call) -> exp.Expr:
     return exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier(kind, quoted=True), expression=decoded)])
 
 
+def _tdigest_generate_sketch(call: Call) -> exp.Expr:
+    """TDIGEST_GENERATE_SKETCH(expr[, compression]): the digest of the group's values as DOUBLEs."""
+    compression = call.integer(1, "compression", 1, 2**31 - 1)
+    return _aggregate("TDIGEST_GENERATE_SKETCH", exp.cast(call.args[0].copy(), exp.DType.DOUBLE),
+                      exp.Literal.number(tdigest.DEFAULT_COMPRESSION if compression is None else compression))
+
+
 # --------------------------------------------------------------------------------------------------- Bloom filters
 
 
@@ -257,6 +264,7 @@ SKETCH_FUNCTIONS: dict[str, DruidFunction] = {
     "DS_QUANTILES_SKETCH": DruidFunction(1, 2, lambda call: _aggregate(
         "DS_QUANTILES_SKETCH", call.args[0].copy(), _power_of_two(call, 1, "k", 2, 32768, 128))),
     "DS_TUPLE_DOUBLES": DruidFunction(1, None, _ds_tuple_doubles),
+    "TDIGEST_GENERATE_SKETCH": DruidFunction(1, 2, _tdigest_generate_sketch),
     "HLL_SKETCH_ESTIMATE": DruidFunction(1, 2, _hll_estimate),
     "HLL_SKETCH_ESTIMATE_WITH_ERROR_BOUNDS": DruidFunction(1, 2, _sketch_and(_std_devs)),
     "HLL_SKETCH_TO_STRING": DruidFunction(1, 1, _sketch_only),

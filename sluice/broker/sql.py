@@ -26,7 +26,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from sluice.broker import bloom, python_functions, sketches
+from sluice.broker import bloom, python_functions, sketches, tdigest
 from sluice.broker.complex_types import mark_complex_columns
 from sluice.broker.errors import SqlError
 from sluice.broker.functions import TIME_COLUMN, DruidDialect, Session, Zone, is_druid_function, \
@@ -103,7 +103,7 @@ class Translation:
 #: MULTI_VALUE for each multi-value string column, by column name, as the files a query reads of it hold them: the
 #: files over the given intervals of `__time`.
 ComplexColumns = Callable[[str, list[Interval]], Mapping[str, str]]
-_PYTHON_FUNCTIONS = sketches.FUNCTIONS | bloom.FUNCTIONS | python_functions.FUNCTIONS
+_PYTHON_FUNCTIONS = sketches.FUNCTIONS | bloom.FUNCTIONS | tdigest.FUNCTIONS | python_functions.FUNCTIONS
 
 
 def translate(sql: str, tables: Collection[str]) -> str:
