@@ -197,14 +197,24 @@ class BatchTuningConfig(DruidRuntimeTuning):
 
     @model_validator(mode="before")
     @classmethod
-    def _deprecated_sub_tasks(cls, data: Any) -> Any:
-        """Druid's deprecated `maxNumSubTasks` is maxNumConcurrentSubTasks; both at once is refused, as Druid does."""
-        if isinstance(data, dict) and "maxNumSubTasks" in data:
+    def _deprecated_names(cls, data: Any) -> Any:
+        """Druid's deprecated `maxNumSubTasks` is maxNumConcurrentSubTasks and `targetPartitionSize` is
+        maxRowsPerSegment; each with its new name is refused, as Druid refuses it."""
+        if not isinstance(data, dict):
+            return data
+        if "maxNumSubTasks" in data:
             if "maxNumConcurrentSubTasks" in data:
                 raise ValueError("Can't use both maxNumSubTasks and maxNumConcurrentSubTasks. "
                                  "Use maxNumConcurrentSubTasks instead")
             data = {("maxNumConcurrentSubTasks" if key == "maxNumSubTasks" else key): value
                     for key, value in data.items()}
+        if "targetPartitionSize" in data:
+            target = data["targetPartitionSize"]
+            if target is not None and data.get("maxRowsPerSegment") is not None:
+                raise ValueError("Can't use targetPartitionSize and maxRowsPerSegment together")
+            data = {key: value for key, value in data.items() if key != "targetPartitionSize"}
+            if target is not None:
+                data["maxRowsPerSegment"] = target
         return data
 
     @model_validator(mode="after")
@@ -219,8 +229,14 @@ class BatchTuningConfig(DruidRuntimeTuning):
 
     @property
     def effective_partitions_spec(self) -> Any:
+        """Druid's IndexTuningConfig.getPartitionsSpec and getGivenOrDefaultPartitionsSpec: perfect rollup without a
+        partitionsSpec hashes, on the deprecated fields' sizes."""
         if self.partitions_spec is not None:
             return self.partitions_spec
+        if self.force_guaranteed_rollup:
+            return HashedPartitionsSpec(type="hashed", num_shards=self.num_shards,
+                                        max_rows_per_segment=self.max_rows_per_segment,
+                                        partition_dimensions=self.partition_dimensions)
         if self.num_shards is not None or self.partition_dimensions is not None:
             return HashedPartitionsSpec(type="hashed", num_shards=self.num_shards,
                                         partition_dimensions=self.partition_dimensions)

@@ -190,8 +190,8 @@ def test_too_many_parse_exceptions_fail_the_task_and_publish_nothing(http):
      "columns are required"),
     (lambda t: t["spec"]["tuningConfig"].update(partitionsSpec={"type": "hashed", "numShards": 2}),
      "spec.tuningConfig", "DynamicPartitionsSpec must be used for best-effort rollup"),
-    (lambda t: t["spec"]["tuningConfig"].update(forceGuaranteedRollup=True), "spec.tuningConfig",
-     "DynamicPartitionsSpec cannot be used for perfect rollup"),
+    (lambda t: t["spec"]["tuningConfig"].update(forceGuaranteedRollup=True, partitionsSpec={"type": "dynamic"}),
+     "spec.tuningConfig", "DynamicPartitionsSpec cannot be used for perfect rollup"),
     (lambda t: t["spec"]["ioConfig"].update(appendToExisting=True, dropExisting=True), "spec.ioConfig",
      "Cannot both drop existing segments and append"),
     (lambda t: t["spec"]["ioConfig"].update(inputSource={"type": "sql", "database": {

@@ -68,3 +68,22 @@ def test_druids_deprecated_max_num_sub_tasks_is_max_num_concurrent_sub_tasks() -
     assert BatchTuningConfig.model_validate({"maxNumSubTasks": 3}).max_num_concurrent_sub_tasks == 3
     with pytest.raises(ValueError, match="Can't use both maxNumSubTasks and maxNumConcurrentSubTasks"):
         BatchTuningConfig.model_validate({"maxNumSubTasks": 3, "maxNumConcurrentSubTasks": 2})
+
+
+def test_druids_deprecated_target_partition_size_is_max_rows_per_segment() -> None:
+    assert BatchTuningConfig.model_validate({"targetPartitionSize": 500}).effective_partitions_spec.max_rows_per_segment \
+        == 500
+    with pytest.raises(ValueError, match="Can't use targetPartitionSize and maxRowsPerSegment together"):
+        BatchTuningConfig.model_validate({"targetPartitionSize": 500, "maxRowsPerSegment": 600})
+
+
+@pytest.mark.parametrize(("tuning", "hashed"), [
+    ({}, {"target_rows": 5_000_000, "num_shards": None}),
+    ({"targetPartitionSize": 1000}, {"target_rows": 1000, "num_shards": None}),
+    ({"numShards": 3, "partitionDimensions": ["page"]}, {"num_shards": 3, "partition_dimensions": ["page"]}),
+])
+def test_perfect_rollup_without_a_partitions_spec_hashes_as_druid_defaults_it(tuning: dict, hashed: dict) -> None:
+    spec = BatchTuningConfig.model_validate({"forceGuaranteedRollup": True, **tuning}).effective_partitions_spec
+    assert spec.type == "hashed" and {name: getattr(spec, name) for name in hashed} == hashed
+    with pytest.raises(ValueError, match="DynamicPartitionsSpec cannot be used for perfect rollup"):
+        BatchTuningConfig.model_validate({"forceGuaranteedRollup": True, "partitionsSpec": {"type": "dynamic"}})
