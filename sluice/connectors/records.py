@@ -17,9 +17,29 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
+from sluice.spec.input_source import FILE_BUCKET, FILE_PATH, FILE_URI
+
 LOCATOR = "__locator"
 ERROR = "__error"
 VALUE = "value"
+
+
+#: a file record's URI in its locator (`uri:line`, `uri:row N`): a local file's absolute path, `s3://bucket/key`
+#: or an HTTP(S) URI
+_URI = f"regexp_extract({LOCATOR}, '^(.*):(row )?[0-9]+$', 1)"
+_S3 = f"{_URI} LIKE 's3://%'"
+
+
+def system_field_sql(name: str) -> str:
+    """The Spark SQL of a system field, over a file record's locator, with Druid's values: a local file's
+    `__file_uri` is `file:` and its path (Java's File.toURI), an HTTP URI's `__file_path` its path, an S3 object's its
+    key and `__file_bucket` its bucket."""
+    return {
+        FILE_URI: f"CASE WHEN {_URI} LIKE '/%' THEN concat('file:', {_URI}) ELSE {_URI} END",
+        FILE_PATH: f"CASE WHEN {_S3} THEN regexp_extract({_URI}, '^s3://[^/]*/(.*)$', 1) "
+                   f"WHEN {_URI} RLIKE '^https?://' THEN parse_url({_URI}, 'PATH') ELSE {_URI} END",
+        FILE_BUCKET: f"CASE WHEN {_S3} THEN regexp_extract({_URI}, '^s3://([^/]*)/', 1) END",
+    }[name]
 
 
 def json_records_schema() -> pa.Schema:

@@ -39,15 +39,26 @@ def reveal(password: Password | None) -> str | None:
     return value
 
 
-def _no_system_fields(value: list[str]) -> list[str]:
-    """Druid's systemFields (`__file_uri`, `__file_bucket`, `__file_path` as columns of every row): not yet."""
-    if value:
-        raise ValueError("systemFields are not supported yet: the file a row came from is not a column")
-    return value
+#: Druid's input source system fields (`systemFields`): where a file record came from, as columns of its row
+FILE_URI, FILE_BUCKET, FILE_PATH = "__file_uri", "__file_bucket", "__file_path"
 
 
-#: Druid's systemFields, refused unless empty
-SystemFields = Annotated[list[str], AfterValidator(_no_system_fields)]
+def _system_fields(*supported: str) -> AfterValidator:
+    """Druid's systemFields: the names of the file a row came from that become columns of the row, of those the input
+    source has (its `configuredSystemFields`)."""
+
+    def check(value: list[str]) -> list[str]:
+        for name in value:
+            if name not in supported:
+                raise ValueError(f"[{name}] is not a system field of this input source, which has "
+                                 f"{', '.join(supported)}")
+        return value
+
+    return AfterValidator(check)
+
+
+#: a local file's and an HTTP URI's system fields
+FileSystemFields = Annotated[list[str], _system_fields(FILE_URI, FILE_PATH)]
 
 
 class LocalInputSource(SpecModel):
@@ -56,7 +67,7 @@ class LocalInputSource(SpecModel):
     #: a wildcard over file names (`*`, `?`), Druid's WildcardFileFilter; required with baseDir
     filter: str | None = None
     files: list[str] = Field(default_factory=list)
-    system_fields: SystemFields = Field(default_factory=list)
+    system_fields: FileSystemFields = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _something_to_read(self) -> LocalInputSource:
@@ -73,7 +84,7 @@ class HttpInputSource(SpecModel):
     http_authentication_username: str | None = None
     http_authentication_password: Password | None = None
     request_headers: dict[str, str] = Field(default_factory=dict)
-    system_fields: SystemFields = Field(default_factory=list)
+    system_fields: FileSystemFields = Field(default_factory=list)
 
     @field_validator("uris")
     @classmethod
@@ -134,7 +145,7 @@ class S3InputSource(SpecModel):
     properties: S3Properties | None = None
     #: Druid's proxyConfig (host, port, username, password): not yet, the S3 client connects directly
     proxy_config: dict[str, Any] | None = None
-    system_fields: SystemFields = Field(default_factory=list)
+    system_fields: Annotated[list[str], _system_fields(FILE_URI, FILE_BUCKET, FILE_PATH)] = Field(default_factory=list)
 
     @field_validator("proxy_config")
     @classmethod
@@ -231,6 +242,13 @@ InputSource = Annotated[
           KafkaInputSource, CombiningInputSource],
     Field(discriminator="type"),
 ]
+
+
+def system_fields_of(source: InputSource) -> tuple[str, ...]:
+    """The system fields a source's rows carry; a combining source's, those of its delegates together."""
+    if isinstance(source, CombiningInputSource):
+        return tuple(sorted(set().union(*(system_fields_of(d) for d in source.delegates))))
+    return tuple(getattr(source, "system_fields", ()))
 CombiningInputSource.model_rebuild()
 
 #: input sources that read rows with columns of their own, and take no inputFormat

@@ -41,6 +41,7 @@ from sluice.spec.errors import SpecError
 from sluice.spec.expressions import Lookups
 from sluice.spec.granularity import Granularity
 from sluice.spec.input_format import JsonInputFormat
+from sluice.spec.input_source import system_fields_of
 from sluice.task import actions
 from sluice.task.ingest_plan import JSON_FIELD, TIME, IngestPlan, IntervalsWindow, compile_plan
 from sluice.task.meters import BUILD_SEGMENTS, SavedParseExceptions, ingestion_metrics
@@ -334,7 +335,7 @@ class BatchIndexTask:
 def _plan(payload: BatchTaskPayload, lookups: Lookups | None = None) -> IngestPlan:
     io = payload.spec.io_config
     flatten = io.input_format.flatten_spec if isinstance(io.input_format, JsonInputFormat) else None
-    return compile_plan(payload.spec.data_schema, flatten, lookups)
+    return compile_plan(payload.spec.data_schema, flatten, lookups, system_fields_of(io.input_source))
 
 
 def _chunks(intervals: list[Interval], granularity: Granularity) -> list[Interval]:

@@ -332,6 +332,8 @@ class IngestPlan:
     auto_dimensions: tuple[str, ...] = ()
     #: listed dimensions of type `string`: any of them may be multi-valued (`multi_value_sql`)
     string_dimensions: tuple[str, ...] = ()
+    #: the input source's systemFields the rows read: columns from the record's locator, not from the record
+    system_fields: tuple[str, ...] = ()
 
     @property
     def metrics(self) -> list[str]:
@@ -348,9 +350,11 @@ class IngestPlan:
         return None if None in values else values  # type: ignore[return-value]
 
 
-def compile_plan(schema: DataSchema, flatten: FlattenSpec | None = None, lookups: Lookups | None = None) -> IngestPlan:
+def compile_plan(schema: DataSchema, flatten: FlattenSpec | None = None, lookups: Lookups | None = None,
+                 system_fields: tuple[str, ...] = ()) -> IngestPlan:
     """`flatten` is a JSON inputFormat's flattenSpec (other formats flatten in their reader); `lookups` are the maps
-    transforms read with `lookup()` (without them, the plan only says what the rows read, not what they hold)."""
+    transforms read with `lookup()` (without them, the plan only says what the rows read, not what they hold);
+    `system_fields` the input source's."""
     transforms = {t.name: t.compiled(lookups) for t in schema.transform_spec.transforms}
     transform_inputs = set().union(*(t.columns for t in transforms.values())) if transforms else set()
     dimensions = schema.dimensions_spec.dimensions
@@ -361,6 +365,8 @@ def compile_plan(schema: DataSchema, flatten: FlattenSpec | None = None, lookups
     referenced |= filter_.columns() if filter_ else set()
     # `__time` in an expression means the row timestamp, not a JSON field (unless it is the timestamp column)
     fields = ((referenced - set(transforms)) | transform_inputs) - {TIME} | {schema.timestamp_spec.column}
+    system = tuple(name for name in system_fields if name in fields)
+    fields -= set(system)
     paths = {f.name: _json_path(f.path()) for f in flatten.fields if f.name in fields} if flatten else {}
     absent = sorted(fields - set(paths)) if flatten and not flatten.use_field_discovery else []
     json_fields = fields - set(paths) - set(absent)
@@ -398,6 +404,7 @@ def compile_plan(schema: DataSchema, flatten: FlattenSpec | None = None, lookups
         discovery=_discovery(schema, aggregators) if schema.dimensions_spec.discovers else None,
         auto_dimensions=tuple(d.name for d in dimensions if d.type == "auto"),
         string_dimensions=tuple(d.name for d in dimensions if d.type == "string"),
+        system_fields=system,
     )
 
 

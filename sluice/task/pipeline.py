@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from sluice.connectors.records import ERROR, LOCATOR
+from sluice.connectors.records import ERROR, LOCATOR, system_field_sql
 from sluice.spec.expressions import quote_identifier
 from sluice.spec.granularity import Granularity
 from sluice.task import persists, sketch_udfs
@@ -415,7 +415,14 @@ def _segment_files(staging_dir: Path) -> list[SegmentFile]:
 
 def _parsed_fields(raw: DataFrame, plan: IngestPlan) -> DataFrame:
     """The record's raw fields as strings, next to `__locator`, `__value` (the record text, for samples),
-    `__bytes` and `__null_record` (nothing could be parsed)."""
+    `__bytes` and `__null_record` (nothing could be parsed); then the input source's system fields."""
+    parsed = _record_fields(raw, plan)
+    if not plan.system_fields:
+        return parsed
+    return parsed.withColumns({name: F.expr(system_field_sql(name)) for name in plan.system_fields})
+
+
+def _record_fields(raw: DataFrame, plan: IngestPlan) -> DataFrame:
     if plan.discovery and (ERROR in raw.columns or KEY_ERROR in raw.columns):
         raise ValueError("dimensions are discovered in JSON records only; list the dimensions for this inputFormat")
     if ERROR in raw.columns:  # a reader parsed the records: one string column per field

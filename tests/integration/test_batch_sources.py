@@ -21,7 +21,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from sluice.dev.tansu import DevKafkaBroker
-from tests.integration.harness import free_port
+from tests.integration.harness import free_port, sql
 from tests.integration.test_batch_ingestion import by_channel, rows, run, task, totals
 
 EVENTS = rows(240) + rows(160, "2024-03-02", seed=3)
@@ -149,3 +149,29 @@ def test_a_bounded_kafka_range(http, kafka_broker: DevKafkaBroker, fmt):
     result = run(http, task(f"src_kafka_{fmt}", source, fmt_spec))
     assert by_channel(http, f"src_kafka_{fmt}") == totals(EVENTS)
     assert result["report"]["payload"]["rowStats"]["buildSegments"]["unparseable"] == 2  # the two empty records
+
+
+@pytest.mark.parametrize(("kind", "fmt", "fields"), [
+    ("local", "parquet", ["__file_uri", "__file_path"]),
+    ("http", "csv", ["__file_uri", "__file_path"]),
+    ("s3", "json", ["__file_uri", "__file_bucket", "__file_path"]),
+])
+def test_system_fields_name_the_file_each_row_came_from(http, files, web, s3, kind, fmt, fields):
+    """Druid's systemFields as dimensions: the local file's `file:` URI and absolute path, the HTTP URI and its
+    path, the S3 object's URI, bucket and key."""
+    data_source = f"sys_{kind}_{fmt}"
+    source = {**file_source(kind, fmt, files, web, s3), "systemFields": fields}
+    payload = task(data_source, source, INPUT_FORMATS[fmt])
+    payload["spec"]["dataSchema"]["dimensionsSpec"]["dimensions"] = ["channel", *fields]
+    run(http, payload)
+    folder = fmt.replace(".", "_")
+    names = sorted(p.name for p in (files / folder).iterdir())
+    expected = {
+        "local": [(f"file:{files / folder / n}", str(files / folder / n)) for n in names],
+        "http": [(f"{web}/{folder}/{n}", f"/{folder}/{n}") for n in names],
+        "s3": [(f"s3://history/{folder}/{n}", "history", f"{folder}/{n}") for n in names],
+    }[kind]
+    columns = ", ".join(f'"{f}"' for f in fields)
+    answer = sql(http, f'SELECT {columns}, SUM("count") AS n FROM {data_source} GROUP BY {columns} ORDER BY 1')
+    assert [tuple(row[f] for f in fields) for row in answer] == expected
+    assert sum(row["n"] for row in answer) == len(EVENTS)
