@@ -292,7 +292,9 @@ def test_a_restarted_overlord_adopts_the_reading_task_and_it_publishes_exactly_o
             assert client.post(f"{TASKS}/supervisor/{ds}/taskGroups/handoff", json={"taskGroupIds": [0]}).status_code \
                 == 200
             assert wait_for(lambda: finished(client, reading[0]["id"]), 120, "its publish")["statusCode"] == "SUCCESS"
-            assert sum_count(sql_client, ds) == valid
+            # a query reads a snapshot up to half a second old: taken before the publish, it has the rows the task
+            # had persisted then
+            assert wait_for(lambda: sum_count(sql_client, ds) == valid, 30, "the broker to answer from the segments")
             client.post(f"{TASKS}/supervisor/{ds}/terminate")
     finally:
         stop_all((overlord, broker, worker))
