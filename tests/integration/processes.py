@@ -63,15 +63,18 @@ class SluiceProcess:
         self.kill()  # not left running behind a failed test
         raise RuntimeError(f"sluice {self.role} did not become healthy in {timeout}s: {self.log_path.read_text()[-3000:]}")
 
+    def leads(self) -> bool:
+        try:
+            return httpx.get(self.url + "/druid/indexer/v1/isLeader", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     def leading(self, timeout: float = 60.0) -> SluiceProcess:
         """Once this overlord leads: a successor of a killed leader takes the lease when it expires."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            try:
-                if httpx.get(self.url + "/druid/indexer/v1/isLeader", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
+            if self.leads():
+                return self
             time.sleep(0.2)
         raise RuntimeError(f"overlord {self.url} did not become the leader in {timeout}s")
 
@@ -99,10 +102,18 @@ class SluiceProcess:
 
 
 def start_all(*processes: SluiceProcess, timeout: float = 60.0) -> list[SluiceProcess]:
-    """Launch the processes side by side, as an operator's nodes start, then wait for each to be healthy."""
+    """Launch the processes side by side, as an operator's nodes start, then wait for each to be healthy and, where
+    overlords start, for one of them to lead: a healthy overlord may still be a standby that refuses tasks."""
     for process in processes:
         process.launch()
-    return [process.wait_healthy(timeout) for process in processes]
+    started = [process.wait_healthy(timeout) for process in processes]
+    overlords = [process for process in started if process.role == "overlord"]
+    deadline = time.monotonic() + timeout
+    while overlords and not any(overlord.leads() for overlord in overlords):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"none of the overlords {[o.url for o in overlords]} led within {timeout}s")
+        time.sleep(0.2)
+    return started
 
 
 def stop_all(processes: Iterable[SluiceProcess]) -> None:

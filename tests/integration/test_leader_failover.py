@@ -19,13 +19,6 @@ TASKS = "/druid/indexer/v1"
 LEASE_S = 4.0
 
 
-def leads(process: SluiceProcess) -> bool:
-    try:
-        return httpx.get(f"{process.url}{TASKS}/isLeader", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 @pytest.mark.spark
 @pytest.mark.kafka
 def test_a_standby_takes_over_from_a_killed_leader_and_the_data_stays_exact(kafka_broker, tmp_path: Path) -> None:
@@ -48,7 +41,7 @@ def test_a_standby_takes_over_from_a_killed_leader_and_the_data_stays_exact(kafk
     produce(kafka_broker.bootstrap_servers, topic, parts[0], 2)
     takeovers: list[float] = []
     try:
-        [leader] = [p for p in overlords if leads(p)]
+        [leader] = [p for p in overlords if p.leads()]
         [standby] = [p for p in overlords if p is not leader]
         assert httpx.get(f"{standby.url}{TASKS}/isLeader").status_code == 404
         assert httpx.get(f"{standby.url}{TASKS}/leader").text == leader.url
@@ -68,10 +61,10 @@ def test_a_standby_takes_over_from_a_killed_leader_and_the_data_stays_exact(kafk
             leader.kill()
             killed = time.monotonic()
             overlords.remove(leader)
-            leader = wait_for(lambda: next((p for p in overlords if leads(p)), None), 3 * LEASE_S, "a new leader")
+            leader = wait_for(lambda: next((p for p in overlords if p.leads()), None), 3 * LEASE_S, "a new leader")
             takeovers.append(time.monotonic() - killed)
             overlords.append(overlord(f"overlord_{len(takeovers) + 1}").start())  # back, as a standby
-            assert not leads(overlords[-1])
+            assert not overlords[-1].leads()
             ends = produce(kafka_broker.bootstrap_servers, topic, part, 2)
 
         assert max(takeovers) < 2 * LEASE_S, takeovers
