@@ -37,7 +37,8 @@ def rewrite_windows(statement: exp.Expr) -> None:
             continue
         if isinstance(function, exp.LastValue):
             window.set("spec", exp.WindowSpec(**_WHOLE_WINDOW))
-        elif isinstance(function, exp.AggFunc) and not isinstance(function, _WINDOW_ONLY) and _ordered(window, definition):
+        elif isinstance(function, exp.AggFunc) and not isinstance(function, _WINDOW_ONLY) \
+                and _ordered(window, definition):
             window.set("spec", exp.WindowSpec(**_UP_TO_THE_ROW))
 
 
