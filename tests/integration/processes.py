@@ -46,7 +46,8 @@ class SluiceProcess:
         healthy about 20 s sooner, its first read a few seconds slower."""
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(self._command, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, env=os.environ | {"sluice_spark_warmUp": "false"})
+                                            stdin=subprocess.DEVNULL, env=os.environ | (
+                                                {"sluice_spark_warmUp": "false"} if self.role == "start" else {}))
 
     def wait_healthy(self, timeout: float = 60.0) -> SluiceProcess:
         assert self.process is not None, "launch() first"
