@@ -267,7 +267,8 @@ def _test(values: pa.Array, filters: pa.Array) -> pa.Array:
     return pa.array(out, pa.bool_())
 
 
-def _arrow(body: Callable[..., pa.Array], arity: int) -> Callable[..., pa.Array]:
+def arrow_udf(body: Callable[..., pa.Array], arity: int) -> Callable[..., pa.Array]:
+    """`body` over whole Arrow arrays, as a DuckDB Arrow function of `arity` parameters."""
     def udf(*columns: pa.ChunkedArray) -> pa.Array:
         return body(*(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
                       for column in columns))
@@ -289,7 +290,7 @@ FUNCTIONS = frozenset({"BLOOM_FILTER", "BLOOM_FILTER_TEST"})
 def register(conn: duckdb.DuckDBPyConnection) -> None:
     """BLOOM_FILTER(values, numEntries) and BLOOM_FILTER_TEST(value, filter) on a connection."""
     value = duckdb.union_type(_VALUE_MEMBERS)
-    conn.create_function("BLOOM_FILTER", _arrow(_build, 2), [duckdb.list_type(value), "INTEGER"], bloom_type(),
+    conn.create_function("BLOOM_FILTER", arrow_udf(_build, 2), [duckdb.list_type(value), "INTEGER"], bloom_type(),
                          type="arrow", null_handling="special")
-    conn.create_function("BLOOM_FILTER_TEST", _arrow(_test, 2), [value, bloom_type()], "BOOLEAN",
+    conn.create_function("BLOOM_FILTER_TEST", arrow_udf(_test, 2), [value, bloom_type()], "BOOLEAN",
                          type="arrow", null_handling="special")

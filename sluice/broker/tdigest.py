@@ -11,7 +11,6 @@ a few values kept exactly. Over a column of digests (rather than values) it is n
 
 from __future__ import annotations
 
-import inspect
 import math
 import struct
 from dataclasses import dataclass
@@ -19,6 +18,8 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 import pyarrow as pa
+
+from sluice.broker.bloom import arrow_udf
 
 #: Druid's complex type name of the sketch
 TDIGEST = "tDigestSketch"
@@ -95,7 +96,6 @@ def _q_limit(q: float, compression: float) -> float:
 def _build(lists: pa.Array, compressions: pa.Array) -> pa.Array:
     """TDIGEST_GENERATE_SKETCH's groups: each list of values digested at its compression (a group without values is
     the empty digest, as Druid's aggregator gives)."""
-    lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
     offsets = lists.offsets.to_numpy(zero_copy_only=False)
     values = lists.values.to_numpy(zero_copy_only=False) if len(lists.values) else np.array([], np.float64)
     out = []
@@ -106,13 +106,6 @@ def _build(lists: pa.Array, compressions: pa.Array) -> pa.Array:
     return pa.array(out, pa.struct([(TDIGEST, pa.binary())]))
 
 
-def _udf(lists: pa.ChunkedArray, compressions: pa.ChunkedArray) -> pa.Array:
-    return _build(lists, compressions.combine_chunks())
-
-
-_udf.__signature__ = inspect.Signature([  # type: ignore[attr-defined]  # DuckDB counts the declared parameters
-    inspect.Parameter(f"argument{i}", inspect.Parameter.POSITIONAL_ONLY) for i in range(2)])
-
 #: the names of the functions, which a query needs registered on its connection (see `register`)
 FUNCTIONS = frozenset({"TDIGEST_GENERATE_SKETCH"})
 
@@ -120,5 +113,5 @@ FUNCTIONS = frozenset({"TDIGEST_GENERATE_SKETCH"})
 def register(conn: duckdb.DuckDBPyConnection) -> None:
     """TDIGEST_GENERATE_SKETCH(values, compression) on a connection: `values` an ARRAY_AGG of the group's DOUBLEs
     (nulls as NaN, which no digest takes)."""
-    conn.create_function("TDIGEST_GENERATE_SKETCH", _udf, [duckdb.list_type("DOUBLE"), "INTEGER"],
+    conn.create_function("TDIGEST_GENERATE_SKETCH", arrow_udf(_build, 2), [duckdb.list_type("DOUBLE"), "INTEGER"],
                          duckdb.struct_type({TDIGEST: "BLOB"}), type="arrow", null_handling="special")

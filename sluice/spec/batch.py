@@ -233,13 +233,11 @@ class BatchTuningConfig(DruidRuntimeTuning):
         partitionsSpec hashes, on the deprecated fields' sizes."""
         if self.partitions_spec is not None:
             return self.partitions_spec
-        if self.force_guaranteed_rollup:
+        if self.force_guaranteed_rollup or self.num_shards is not None or self.partition_dimensions is not None:
+            # without perfect rollup, a hashed spec is refused (`_rollup_fits_partitions`) whatever its size
             return HashedPartitionsSpec(type="hashed", num_shards=self.num_shards,
-                                        max_rows_per_segment=self.max_rows_per_segment,
-                                        partition_dimensions=self.partition_dimensions)
-        if self.num_shards is not None or self.partition_dimensions is not None:
-            return HashedPartitionsSpec(type="hashed", num_shards=self.num_shards,
-                                        partition_dimensions=self.partition_dimensions)
+                                        max_rows_per_segment=self.max_rows_per_segment if self.force_guaranteed_rollup
+                                        else None, partition_dimensions=self.partition_dimensions)
         return DynamicPartitionsSpec(type="dynamic", max_rows_per_segment=self.max_rows_per_segment or 5_000_000,
                                      max_total_rows=self.max_total_rows or 20_000_000)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.integration.harness import free_port
+from tests.integration.harness import free_port, wait_for
 
 
 class SluiceProcess:
@@ -109,11 +109,8 @@ def start_all(*processes: SluiceProcess, timeout: float = 60.0) -> list[SluicePr
         process.launch()
     started = [process.wait_healthy(timeout) for process in processes]
     overlords = [process for process in started if process.role == "overlord"]
-    deadline = time.monotonic() + timeout
-    while overlords and not any(overlord.leads() for overlord in overlords):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"none of the overlords {[o.url for o in overlords]} led within {timeout}s")
-        time.sleep(0.2)
+    if overlords:
+        wait_for(lambda: any(overlord.leads() for overlord in overlords), timeout, "one of the overlords to lead")
     return started
 
 
