@@ -47,8 +47,8 @@ def test_kill_9_of_sluice_start_then_a_restart_resumes_the_task_where_it_was(kaf
                                                                                run: int) -> None:
     topic, ds = f"wiki-kill9-{run}", f"wiki_kill9_{run}"
     kafka_broker.create_topic(topic, 2)
-    records = generate(40_000, seed=51 + 100 * run)
-    first_end = produce(kafka_broker.bootstrap_servers, topic, records[:10_000], 2)
+    records = generate(24_000, seed=51 + 100 * run)
+    first_end = produce(kafka_broker.bootstrap_servers, topic, records[:8_000], 2)
     spec = supervisor_spec(ds, topic, kafka_broker.bootstrap_servers, taskCount=1, taskDuration="PT1H")
     spec["spec"]["tuningConfig"]["maxRowsInMemory"] = 3_000
     uri = f"sqlite:///{tmp_path / 'metadata.db'}"
@@ -63,7 +63,7 @@ def test_kill_9_of_sluice_start_then_a_restart_resumes_the_task_where_it_was(kaf
             assert http.post(f"/druid/indexer/v1/supervisor/{ds}/taskGroups/handoff",
                              json={"taskGroupIds": [0]}).status_code == 200
             wait_for(lambda: stored_offsets(metadata, ds) == first_end, 120, "the first part committed")
-            end_offsets = produce(kafka_broker.bootstrap_servers, topic, records[10_000:], 2)
+            end_offsets = produce(kafka_broker.bootstrap_servers, topic, records[8_000:], 2)
             wait_for(lambda: sum(first_end.values()) < sum(
                 sum((t["currentOffsets"] or {}).values()) for t in active_tasks(http, ds)), 60, "the rest being read")
             [interrupted] = [t["id"] for t in active_tasks(http, ds)]
