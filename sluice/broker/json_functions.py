@@ -122,19 +122,23 @@ _AS_BIGINT = ("CASE WHEN JSON_TYPE(v) IN ('BIGINT', 'UBIGINT') THEN TRY_CAST(v A
               " ELSE TRY_CAST(TRUNC(TRY_CAST(v AS DOUBLE)) AS BIGINT) END")
 _AS_DOUBLE = "TRY_CAST(v AS DOUBLE)"
 _AS_VARCHAR = "CASE WHEN JSON_TYPE(v) NOT IN ('OBJECT', 'ARRAY') THEN JSON_EXTRACT_STRING(v, '$') END"
+#: of a value known to be a primitive or NULL (DuckDB's JSON_VALUE), without the JSON_TYPE test: the filter
+#: JSON_VALUE(payload, '$.device') = 'phone' parses each document once instead of twice (about 2x faster)
+_SCALAR_AS_VARCHAR = "JSON_EXTRACT_STRING(v, '$')"
 
 _INTEGERS = {exp.DType.BIGINT, exp.DType.INT, exp.DType.SMALLINT, exp.DType.TINYINT}
 _REALS = {exp.DType.DOUBLE, exp.DType.DECIMAL, exp.DType.FLOAT}
 _TEXTS = {exp.DType.VARCHAR, exp.DType.CHAR, exp.DType.TEXT, exp.DType.NVARCHAR, exp.DType.NCHAR}
 
 
-def _primitive(value: exp.Expr, kind: exp.DataType) -> exp.Expr:
+def _primitive(value: exp.Expr, kind: exp.DataType, scalar: bool = False) -> exp.Expr:
     """A JSON primitive as a value of `kind`, as Druid's JSON_VALUE_BIGINT / _DOUBLE / _VARCHAR (which it plans a
-    RETURNING type as) make it; a FLOAT is made a DOUBLE first, as Druid's cast of JSON_VALUE_DOUBLE does."""
+    RETURNING type as) make it; a FLOAT is made a DOUBLE first, as Druid's cast of JSON_VALUE_DOUBLE does. `scalar`:
+    `value` is never an object or an array."""
     if kind.this in _INTEGERS:
         return template(_AS_BIGINT, v=value)
     if kind.this in _TEXTS:
-        return template(_AS_VARCHAR, v=value)
+        return template(_SCALAR_AS_VARCHAR if scalar else _AS_VARCHAR, v=value)
     if kind.this in _REALS:
         double = template(_AS_DOUBLE, v=value)
         return double if kind.this == exp.DType.DOUBLE else exp.cast(double, kind)
@@ -153,10 +157,11 @@ def _json_value(node: exp.JSONValue) -> exp.Expr:
     """JSON_VALUE(expr, path [RETURNING type]): the primitive at the path, VARCHAR without RETURNING; NULL where the
     path holds an object, an array or nothing. RETURNING an ARRAY type returns an array of primitives as one, and a
     lone primitive as an array of one."""
-    at = template("JSON_EXTRACT(d, p)", d=node.this, p=_path_argument(node.args.get("path"), "JSON_VALUE"))
+    document, path = node.this, _path_argument(node.args.get("path"), "JSON_VALUE")
     returning = node.args.get("returning") or exp.DataType.build("VARCHAR")
-    if not returning.is_type(exp.DType.ARRAY):
-        return _primitive(at, returning)
+    if not returning.is_type(exp.DType.ARRAY):  # DuckDB's JSON_VALUE: the primitive's JSON text, NULL for an object
+        return _primitive(template("CAST(JSON_VALUE(d, p) AS JSON)", d=document, p=path), returning, scalar=True)
+    at = template("JSON_EXTRACT(d, p)", d=document, p=path)
     element_type = returning.expressions[0]
     return template("CASE WHEN primitive_array THEN LIST_TRANSFORM(TRY_CAST(v AS JSON[]), LAMBDA e: element)"
                     " WHEN JSON_TYPE(v) NOT IN ('OBJECT', 'ARRAY', 'NULL') THEN [one] END",
