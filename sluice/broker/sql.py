@@ -34,6 +34,7 @@ from sluice.broker.functions import TIME_COLUMN, DruidDialect, Session, Zone, is
 from sluice.broker.intervals import table_intervals, unite
 from sluice.broker.lookups import LOOKUP_SCHEMA, from_lookup_schema, read_lookups
 from sluice.broker.multi_value import MULTI_VALUE, rewrite_multi_value
+from sluice.broker.lookup_groups import group_lookup_keys_first
 from sluice.broker.windows import rewrite_windows
 from sluice.broker.scalar_functions import constant_pi, unsupported_reason
 from sluice.broker.system_tables import DRUID_SCHEMA, SystemTable, find_system_table, is_system_schema
@@ -144,6 +145,7 @@ def translate_query(sql: str, tables: Collection[str], context: Mapping[str, Any
     constant_pi(statement)
     _name_projections(statement)
     rewrite_windows(statement)
+    statement = group_lookup_keys_first(statement)
     rewrite_druid_functions(statement, query_context.session)
     group_time_buckets(statement)
     lookups = read_lookups(statement)
