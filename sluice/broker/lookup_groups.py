@@ -139,6 +139,6 @@ class _Outer:
                 self.refused = True  # a column outside the grouping columns and the aggregates
                 return node
             return key.copy()
-        if isinstance(node, exp.Anonymous) and node.name.upper() != "LOOKUP" or isinstance(node, exp.Subquery):
-            self.refused = True  # a function that may aggregate (Druid's own), or a subquery that may read columns
+        if isinstance(node, exp.Anonymous) and node.name.upper() != "LOOKUP" or isinstance(node, exp.Query):
+            self.refused = True  # a function that may aggregate (Druid's own), or a subquery with columns of its own
         return node
