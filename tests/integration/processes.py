@@ -72,12 +72,8 @@ class SluiceProcess:
 
     def leading(self, timeout: float = 60.0) -> SluiceProcess:
         """Once this overlord leads: a successor of a killed leader takes the lease when it expires."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.leads():
-                return self
-            time.sleep(0.2)
-        raise RuntimeError(f"overlord {self.url} did not become the leader in {timeout}s")
+        wait_for(self.leads, timeout, f"overlord {self.url} to become the leader")
+        return self
 
     def terminate(self) -> None:
         """SIGTERM: the graceful stop, not waited for."""
