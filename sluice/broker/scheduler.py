@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice.broker.errors import SqlError
-from sluice.broker.sql import DEFAULT_TIMEOUT_MS
+from sluice.broker.limits import DEFAULT_TIMEOUT_MS
 from sluice.config import ConfigError, PropertyReader
 from sluice.spec.context import as_int, context_value
 

@@ -29,6 +29,7 @@ from sqlglot.tokens import TokenType
 from sluice.broker import bloom, python_functions, sketches, tdigest
 from sluice.broker.complex_types import mark_complex_columns
 from sluice.broker.errors import SqlError
+from sluice.broker.limits import DEFAULT_TIMEOUT_MS
 from sluice.broker.functions import TIME_COLUMN, DruidDialect, Session, Zone, is_druid_function, \
     rewrite_druid_functions
 from sluice.broker.intervals import table_intervals, unite
@@ -48,7 +49,6 @@ __all__ = ["DUCKDB_SETTINGS", "TIME_COLUMN", "ComplexColumns", "QueryContext", "
 # Druid divides BIGINT by BIGINT as integers (5/2 = 2) and works in UTC; the DuckDB session must do the same.
 DUCKDB_SETTINGS: dict[str, Any] = {"integer_division": True, "TimeZone": "UTC"}
 
-DEFAULT_TIMEOUT_MS = 300_000  # Druid's druid.server.http.defaultQueryTimeout
 
 
 @dataclass(frozen=True)

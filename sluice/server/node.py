@@ -5,6 +5,9 @@
 announcements in the metadata store. Everything starts through the Lifecycle, stage by stage: metadata
 store and deep storage first, then the role's services, then HTTP, then the announcement that the node
 serves (`/status/health` turns true).
+
+Each role imports its services as they start: a worker or an overlord process does not load the broker's query
+engine (DuckDB, pyarrow's datasets), nor a broker the overlord's, which saves each of them seconds of start-up.
 """
 
 from __future__ import annotations
@@ -15,65 +18,43 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from fastapi import FastAPI
 
-from sluice.broker import system_tables as sys_tables
-from sluice.broker.broker import Broker
-from sluice.broker.engine import SqlEngine
-from sluice.broker.scheduler import QueryLimits, QueryScheduler
-from sluice.coordinator.compaction import AutoCompaction
-from sluice.coordinator.duties import CleanUp, KillConfig, KillUnusedSegments, PeriodicDuty, RetentionDuty
 from sluice.broker.limits import DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RESULT_ROWS
+from sluice.broker.scheduler import QueryLimits
 from sluice.config import DEFAULT_MAX_REQUEST_BYTES
-from sluice.broker.loaded import LoadedDataSources
-from sluice.broker.overlord_client import OverlordClient
+from sluice.coordinator.duties import CleanUp, KillConfig, KillUnusedSegments, PeriodicDuty, RetentionDuty
 from sluice.discovery import BROKER, OVERLORD, Announcer, live_urls
 from sluice.emitter import EmitterConfig, ServiceEmitter, build_emitter
 from sluice.lifecycle import Lifecycle, Stage
-from sluice.lookups.coordinator import read_lookups
-from sluice.lookups.references import LookupReferences
-from sluice.metadata.offsets import StreamOffsets
 from sluice.metadata.store import MetadataStore
 from sluice.overlord.leadership import LeaderSelector
-from sluice.overlord.remote_task_runner import HttpRemoteTaskRunner
 from sluice.overlord.supervisor.state_manager import SupervisorStateManagerConfig
-from sluice.overlord.supervisor_manager import SupervisorManager
-from sluice.overlord.task_actions import LocalTaskActionClient, TaskActionToolbox
-from sluice.overlord.task_queue import MAX_SIZE, TaskQueue
+from sluice.overlord.task_queue import MAX_SIZE
 from sluice.security.access import Security
 from sluice.security.basic import BasicSecurityDb
 from sluice.security.config import AuthConfig
 from sluice.segment.deep_storage import DeepStorage
-from sluice.server.api_chat import chat_router
-from sluice.server.request_log import RequestIdMiddleware, RequestLogConfig, build_request_logger
-from sluice.server.api_compaction import compaction_router
-from sluice.server.api_coordinator import coordinator_router
-from sluice.server.api_lookups import lookups_router
 from sluice.server.api_metrics import metrics_router
-from sluice.server.api_native import native_router
-from sluice.server.api_sql import sql_router
-from sluice.server.api_sql_task import sql_task_router
-from sluice.server.api_supervisor import supervisor_router
-from sluice.server.api_task import task_router
-from sluice.server.api_task_action import task_action_router
-from sluice.server.api_rules import rules_router
 from sluice.server.api_security import security_router
-from sluice.server.api_worker import worker_router
 from sluice.server.auth import install, serve_security, state_guard
 from sluice.server.http_server import HttpServer
-from sluice.server.leadership import LeaderRedirect, leadership_router, refuse_when_deposed
 from sluice.server.json_body import refuse_deep_nesting
-from sluice.server.tls import TlsConfig
+from sluice.server.leadership import LeaderRedirect, leadership_router, refuse_when_deposed
+from sluice.server.request_log import RequestIdMiddleware, RequestLogConfig, build_request_logger
 from sluice.server.roles import Role
-from sluice.spec.supervisor import KafkaIOConfig
+from sluice.server.tls import TlsConfig
 from sluice.stream.kafka import KafkaStream
-from sluice.realtime import RealtimeView
-from sluice.task.kafka_index_task import KafkaIndexTask
-from sluice.task.toolbox import TaskToolbox
-from sluice.worker.thread_runner import ThreadTaskRunner
-from sluice.worker.worker import PeonConfig, WorkerTaskManager
+
+if TYPE_CHECKING:
+    from sluice.broker.loaded import LoadedDataSources
+    from sluice.metadata.offsets import StreamOffsets
+    from sluice.overlord.remote_task_runner import HttpRemoteTaskRunner
+    from sluice.realtime import RealtimeView
+    from sluice.spec.supervisor import KafkaIOConfig
+    from sluice.worker.thread_runner import ThreadTaskRunner
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +224,11 @@ class Node:
     # ---- overlord ----
 
     def _start_thread_runner(self) -> None:
+        from sluice.overlord.task_actions import LocalTaskActionClient
+        from sluice.server.api_chat import chat_router
         from sluice.task import pipeline, spark_session  # Spark starts here, not at import
+        from sluice.task.toolbox import TaskToolbox
+        from sluice.worker.thread_runner import ThreadTaskRunner
 
         self.spark = spark_session.get_or_create(self.config.spark_master)
         if self.config.warm_up:
@@ -265,6 +250,8 @@ class Node:
         self.task_runner.stop()
 
     def _start_remote_runner(self) -> None:
+        from sluice.overlord.remote_task_runner import HttpRemoteTaskRunner
+
         self.task_runner = HttpRemoteTaskRunner(self.metadata, self.config.worker_select_strategy,
                                                 auth=self.config.auth.escalator.basic_auth)
         self.task_runner.start()
@@ -326,6 +313,9 @@ class Node:
         return None if leader == self.config.url else leader
 
     def _start_queue(self) -> None:
+        from sluice.overlord.task_actions import TaskActionToolbox
+        from sluice.overlord.task_queue import TaskQueue
+
         self.task_queue = TaskQueue(self.metadata, self.task_runner, self.emitter, self.config.queue_max_size)
         # tasks restored from storage may act before the supervisors start: a checkpoint finds none until then
         self.task_actions = TaskActionToolbox(self.task_queue.lockbox, self.metadata, self.task_queue.lock_holder,
@@ -340,10 +330,17 @@ class Node:
         self.task_queue.stop()
 
     def _start_supervisors(self) -> None:
+        from sluice.overlord.supervisor_manager import SupervisorManager
+        from sluice.server.api_coordinator import coordinator_router
+        from sluice.server.api_sql_task import sql_task_router
+        from sluice.server.api_supervisor import supervisor_router
+        from sluice.server.api_task import task_router
+        from sluice.server.api_task_action import task_action_router
+
         self.supervisors = SupervisorManager(self.metadata, self.task_queue, self.stream_factory, self.emitter,
                                              self.config.supervisor)
         self.supervisors.start()
-        workers = self.task_runner.workers if isinstance(self.task_runner, HttpRemoteTaskRunner) else list
+        workers = self.task_runner.workers if self.config.role is Role.OVERLORD else list
         self.app.include_router(supervisor_router(self.supervisors))
         self.app.include_router(task_router(self.metadata, self.task_queue, self.supervisors, workers))
         self.app.include_router(task_action_router(self.task_actions))
@@ -354,6 +351,11 @@ class Node:
         self.supervisors.stop()
 
     def _start_duties(self) -> None:
+        from sluice.coordinator.compaction import AutoCompaction
+        from sluice.server.api_compaction import compaction_router
+        from sluice.server.api_lookups import lookups_router
+        from sluice.server.api_rules import rules_router
+
         self.duties = [PeriodicDuty("retention", self.config.coordinator_period_s,
                                     RetentionDuty(self.metadata).run_once)]
         kill = self.config.kill
@@ -365,7 +367,7 @@ class Node:
             self.duties.append(PeriodicDuty("kill", kill.period.total_seconds(), killing.run_once))
         runner = self.task_runner
         slots = (lambda: sum(w["worker"]["capacity"] for w in runner.workers())) \
-            if isinstance(runner, HttpRemoteTaskRunner) else (lambda: self.config.capacity)
+            if self.config.role is Role.OVERLORD else (lambda: self.config.capacity)
         compacting = AutoCompaction(self.metadata, self.task_queue.add, self.task_queue.active,
                                     self.task_queue.lockbox.find_locks_for_task, slots)
         self.duties.append(PeriodicDuty("compaction", self.config.indexing_period_s, compacting.run_once))
@@ -382,6 +384,9 @@ class Node:
     # ---- worker ----
 
     def _start_worker(self) -> None:
+        from sluice.server.api_worker import worker_router
+        from sluice.worker.worker import PeonConfig, WorkerTaskManager
+
         peon = PeonConfig(self.config.resolved_metadata_uri, self.config.resolved_deep_storage,
                           self.config.spark_master, self.config.emitter, self.config.auth, self.config.json_logs)
         self.worker = WorkerTaskManager(self.config.base_task_dirs or (self.config.work_dir / "tasks",),
@@ -395,12 +400,22 @@ class Node:
     # ---- broker ----
 
     def _start_broker(self) -> None:
+        from sluice.broker.broker import Broker
+        from sluice.broker.engine import SqlEngine
+        from sluice.broker.loaded import LoadedDataSources
+        from sluice.broker.overlord_client import OverlordClient
+        from sluice.broker.scheduler import QueryScheduler
+        from sluice.lookups.coordinator import read_lookups
+        from sluice.lookups.references import LookupReferences
+        from sluice.server.api_native import native_router
+        from sluice.server.api_sql import sql_router
+
         lookups = LookupReferences(lambda: read_lookups(self.metadata), poll_s=self.config.lookup_poll_s)
         engine = SqlEngine(memory_limit=self.config.query_memory_limit,
                            max_result_rows=self.config.max_query_rows or None,
                            max_result_bytes=self.config.max_query_bytes or None,
                            temp_directory=str(self.config.work_dir / "query-spill"), lookups=lookups.get)
-        self.loaded = LoadedDataSources(engine.duckdb_config, self.config.load_max_rows) \
+        self.loaded: LoadedDataSources | None = LoadedDataSources(engine.duckdb_config, self.config.load_max_rows) \
             if self.config.load_max_rows else None
         if self.config.role is Role.ALL_IN_ONE:
             self.broker = Broker(self.metadata, self.deep_storage, self.config.work_dir / "segment-cache", engine,
@@ -422,11 +437,16 @@ class Node:
 
     def _thread_task_views(self) -> list[RealtimeView]:
         """What this node's reading tasks have persisted (Druid's realtime queries)."""
+        from sluice.task.kafka_index_task import KafkaIndexTask
+        from sluice.worker.thread_runner import ThreadTaskRunner
+
         assert isinstance(self.task_runner, ThreadTaskRunner)
         return [view for t in self.task_runner.running() if isinstance(t, KafkaIndexTask) for view in t.realtime_views()]
 
     def _supervisor_statuses(self) -> list[dict[str, Any]]:
         """sys.supervisors from this node's running supervisors."""
+        from sluice.broker import system_tables as sys_tables
+
         statuses = []
         for spec_id in self.supervisors.ids():
             supervisor = self.supervisors.get(spec_id)
@@ -438,6 +458,9 @@ class Node:
     def _task_statuses(self) -> list[dict[str, Any]]:
         """sys.tasks with what this node's task queue says; a task running here is reached through this node's chat
         API, so this node is where it runs."""
+        from sluice.broker import system_tables as sys_tables
+        from sluice.worker.thread_runner import ThreadTaskRunner
+
         assert isinstance(self.task_runner, ThreadTaskRunner)
         here = (self.config.host, self.config.port)
         return [sys_tables.task_status(record, self.task_queue.runner_status(record.id) if record.active else None,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,58 +27,21 @@ from sluice.metadata.offsets import StreamOffsets
 from sluice.segment.deep_storage import LocalDeepStorage
 from sluice.spec.granularity import parse_granularity
 from sluice.stream.data_source_table import NodeStorage
-from sluice.stream.job_spec import StreamJobSpec, parse_stream_job_spec
 from sluice.stream.runner import JobStatus, RunningJob, start_job
 from sluice.stream.topology import TIME, WINDOW_END, WINDOW_START, DataSourceSink, StreamJob, output_fields
 from sluice.task import actions
 from sluice.task.pipeline import write_segment_files
 from sluice.task.publisher import append_segments
-from sluice.task.task import TaskFailure, TaskStatus, random_id_part, run_to_status
+from sluice.task.stream_job_spec import TASK_TYPE, StreamJobTaskSpec
+from sluice.task.task import TaskFailure, TaskStatus, run_to_status
 from sluice.task.toolbox import TaskToolbox
 
 log = logging.getLogger(__name__)
 
-TASK_TYPE = "stream_job"
 #: rows per segment file of a batch (Druid's maxRowsPerSegment default)
 MAX_ROWS_PER_SEGMENT = 5_000_000
 #: the metadata "stream" of a job's committed batch numbers, beside the data source it writes
 BATCH_STREAM_PREFIX = "stream_job:"
-
-
-@dataclass(frozen=True)
-class StreamJobTaskSpec:
-    id: str
-    job: StreamJobSpec
-    #: start over: the job's checkpoint is deleted first (the supervisor's reset)
-    reset: bool = False
-
-    type = TASK_TYPE
-    needs_spark = True
-    #: a restarted process starts the query again on the same checkpoint
-    can_restore = True
-    priority = 75
-
-    @property
-    def data_source(self) -> str:
-        return (self.job.data_sources or [self.job.id])[0]
-
-    @property
-    def group_id(self) -> str:
-        return f"{TASK_TYPE}_{self.job.id}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"type": TASK_TYPE, "id": self.id, "groupId": self.group_id, "dataSource": self.data_source,
-                "job": self.job.to_json(), "reset": self.reset, "context": {"priority": self.priority}}
-
-
-def new_task_id(job_id: str) -> str:
-    return f"{TASK_TYPE}_{job_id}_{random_id_part()}"
-
-
-def spec_from_json(payload: dict[str, Any]) -> StreamJobTaskSpec:
-    if not isinstance(payload.get("id"), str) or not isinstance(payload.get("job"), dict):
-        raise TaskFailure("a stream_job task needs an 'id' and its stream job spec as 'job'")
-    return StreamJobTaskSpec(payload["id"], parse_stream_job_spec(payload["job"]), bool(payload.get("reset")))
 
 
 def create(spec: StreamJobTaskSpec, toolbox: TaskToolbox) -> StreamJobTask:

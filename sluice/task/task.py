@@ -238,6 +238,9 @@ TASK_MODULES = {
     "query_controller": "sluice.sql_ingest.task",
     "stream_job": "sluice.task.stream_job_task",
 }
+#: task type -> the module that parses its payload: the one that runs it, but where that imports Spark. The overlord
+#: parses every task's payload and runs none.
+SPEC_MODULES = {**TASK_MODULES, "stream_job": "sluice.task.stream_job_spec"}
 
 
 def task_from_json(payload: Any) -> TaskSpec:
@@ -245,7 +248,7 @@ def task_from_json(payload: Any) -> TaskSpec:
     what is wrong."""
     if not isinstance(payload, dict):
         raise TaskFailure("a task must be a JSON object")
-    module = TASK_MODULES.get(payload.get("type"))  # type: ignore[arg-type]
+    module = SPEC_MODULES.get(payload.get("type"))  # type: ignore[arg-type]
     if module is None:
         raise TaskFailure(f"task type {payload.get('type')!r} is not supported; Sluice runs "
                           f"{', '.join(repr(t) for t in TASK_MODULES)}")

@@ -18,7 +18,7 @@ from typing import Any
 
 from sluice.overlord.task_runner import TaskRunner
 from sluice.stream.job_spec import StreamJobSpec
-from sluice.task.stream_job_task import StreamJobTaskSpec, new_task_id
+from sluice.task.stream_job_spec import StreamJobTaskSpec, new_task_id
 from sluice.task.task import TaskStatus
 from sluice.timestamps import format_timestamp
 
