@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from sluice.spec.input_source import FILE_BUCKET, FILE_PATH, FILE_URI
+from sluice.spec.system_fields import FILE_BUCKET, FILE_PATH, FILE_URI
 
 LOCATOR = "__locator"
 ERROR = "__error"

@@ -16,7 +16,8 @@ from sluice.overlord.supervisor_manager import SupervisorConflict, SupervisorMan
 from sluice.security.resources import Action, Resource
 from sluice.server.auth import Access, AccessDep, supervisor_guard
 from sluice.server.json_body import read_json
-from sluice.spec import SpecError, parse_supervisor_spec
+from sluice.spec.errors import SpecError
+from sluice.spec.supervisor import parse_supervisor_spec
 
 
 def _error(message: str, status: int) -> JSONResponse:

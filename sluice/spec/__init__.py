@@ -1,12 +1,6 @@
-"""Ingestion specs: Druid's Kafka supervisor spec, validated into typed, immutable models."""
+"""Ingestion specs: Druid's supervisor, batch and stream job specs, validated into typed, immutable models.
 
-from sluice.spec.data_schema import AggregatorSpec, DataSchema, DimensionSpec, TimestampSpec
-from sluice.spec.errors import SpecError
-from sluice.spec.granularity import Granularity, parse_granularity
-from sluice.spec.supervisor import IngestionSpec, KafkaIOConfig, KafkaSupervisorSpec, KafkaTuningConfig, parse_supervisor_spec
-
-__all__ = [
-    "AggregatorSpec", "DataSchema", "DimensionSpec", "Granularity", "IngestionSpec", "KafkaIOConfig",
-    "KafkaSupervisorSpec", "KafkaTuningConfig", "SpecError", "TimestampSpec", "parse_granularity",
-    "parse_supervisor_spec",
-]
+Import the module you need (`sluice.spec.supervisor`, `sluice.spec.granularity`…): this package imports none of
+them, so that reading a granularity or a system field's name does not load the whole spec model (and sqlglot) into
+every Spark Python worker.
+"""

@@ -11,6 +11,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, field_validator, mo
 from sluice.spec.filters import DimFilter
 from sluice.spec.intervals import parse_interval
 from sluice.spec.model import SpecModel
+from sluice.spec.system_fields import FILE_BUCKET, FILE_PATH, FILE_URI
 
 
 class DefaultPassword(SpecModel):
@@ -37,10 +38,6 @@ def reveal(password: Password | None) -> str | None:
     if value is None:
         raise ValueError(f"environment variable [{password.variable}] of a password provider is not set")
     return value
-
-
-#: Druid's input source system fields (`systemFields`): where a file record came from, as columns of its row
-FILE_URI, FILE_BUCKET, FILE_PATH = "__file_uri", "__file_bucket", "__file_path"
 
 
 def _system_fields(*supported: str) -> AfterValidator:

@@ -16,10 +16,10 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sluice.spec import SpecError, parse_supervisor_spec
+from sluice.spec.errors import SpecError
 from sluice.spec.data_schema import DataSchema
 from sluice.spec.granularity import parse_granularity
-from sluice.spec.supervisor import KafkaIOConfig
+from sluice.spec.supervisor import KafkaIOConfig, parse_supervisor_spec
 from sluice.task.ingest_plan import compile_plan
 from sluice.task.kafka_index_task import message_window
 from sluice.task.pipeline import PersistResult, RowPipeline

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from sluice.spec import parse_supervisor_spec
-from sluice.spec.supervisor import IngestionSpec
+from sluice.spec.supervisor import IngestionSpec, parse_supervisor_spec
 from sluice.task.ingest_plan import MessageWindow
 from sluice.task.kafka_index_task import KafkaIndexTaskSpec, message_window
 

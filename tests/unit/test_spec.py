@@ -15,7 +15,8 @@ from fastapi.testclient import TestClient
 from hypothesis import strategies as st
 
 from sluice.server.api_supervisor import supervisor_router
-from sluice.spec import SpecError, parse_supervisor_spec
+from sluice.spec.errors import SpecError
+from sluice.spec.supervisor import parse_supervisor_spec
 from sluice.periods import format_duration, parse_duration
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "wikipedia-kafka-supervisor.json"
