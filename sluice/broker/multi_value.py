@@ -153,9 +153,9 @@ def _conditions(scope: Scope) -> list[tuple[exp.Expr, list[exp.Column]]]:
 
 
 def _match_any_value(condition: exp.Expr, references: list[exp.Column], names: Iterator[str]) -> None:
-    """Replaces `condition` by whether it holds for any value of the rows' multi-value columns it reads; a condition
-    on a subquery (a join, in Druid) reads a row's one value and fails on a row of several."""
-    if condition.find(exp.Query) is not None:
+    """Replaces `condition` by whether it holds for any value of the rows' multi-value columns it reads; a JOIN's
+    condition, or one on a subquery (a join, in Druid), reads a row's one value and fails on a row of several."""
+    if condition.find(exp.Query) is not None or _joins_on(condition):
         for reference in references:
             reference.replace(_single_value(reference.copy()))
         return
@@ -171,6 +171,16 @@ def _match_any_value(condition: exp.Expr, references: list[exp.Column], names: I
     for column, name in reversed(per_value.values()):
         matched = _any(column, name, matched)
     condition.replace(exp.Not(this=matched) if negated else matched)
+
+
+def _joins_on(condition: exp.Expr) -> bool:
+    """Whether `condition` is (part of) the ON of a JOIN of its own query."""
+    node = condition
+    while node.parent is not None and not isinstance(node.parent, exp.Query):
+        if isinstance(node.parent, exp.Join) and node.arg_key == "on":
+            return True
+        node = node.parent
+    return False
 
 
 def _any(column: exp.Expr, name: str, condition: exp.Expr) -> exp.Expr:

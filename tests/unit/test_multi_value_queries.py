@@ -142,6 +142,20 @@ def test_a_subquery_condition_is_a_join_which_refuses_a_row_of_several_values(br
                                            "org.apache.druid.query.QueryUnsupportedException")
 
 
+def test_a_join_on_a_multi_value_column_reads_a_rows_one_value_and_refuses_several(broker: Broker) -> None:
+    """Druid's join matchers (IndexedTableJoinMatcher, LookupJoinMatcher) read a row's one value, none as null, and
+    fail the query on a row of several values; a JOIN's ON does not match any value as a filter does."""
+    right = "(SELECT * FROM (VALUES ('t1', 'one'), ('t3', 'three')) AS r(tag, word))"
+    joined = f"SELECT l.label, r.word FROM {SOURCE} l {{}} JOIN {right} r ON l.tags = r.tag WHERE {{}} ORDER BY 1"
+    assert _sql(broker, joined.format("INNER", "l.label IN ('row0', 'row4', 'row5')")) == [("row0", "one")]
+    assert _sql(broker, joined.format("LEFT", "l.label IN ('row0', 'row4', 'row5')")) == [
+        ("row0", "one"), ("row4", None), ("row5", None)]
+    with pytest.raises(SqlError) as refused:
+        _sql(broker, joined.format("INNER", "TRUE"))
+    assert (refused.value.status, refused.value.error_message) == (
+        501, "Joining against a multi-value dimension is not supported.")
+
+
 def test_group_by_gives_each_value_its_own_group_and_rows_with_none_the_null_group(broker: Broker) -> None:
     assert _sql(broker, f"SELECT tags, COUNT(*) FROM {SOURCE} GROUP BY tags ORDER BY tags NULLS FIRST") == [
         (None, 2), ("t1", 2), ("t2", 1), ("t3", 2), ("t4", 1), ("t5", 2), ("t6", 1), ("t7", 1)]
