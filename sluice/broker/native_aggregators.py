@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 from functools import reduce
 
 from sqlglot import exp
 
 from sluice.broker import native_query as q
 from sluice.broker import native_sketches as sk
-from sluice.broker.complex_types import is_pair
+from sluice.broker.complex_types import is_pair, pair_part
 from sluice.broker.native_filters import (
     SQL_TYPES,
     Columns,
@@ -32,19 +33,28 @@ _NUMERIC = {"longSum": exp.Sum, "doubleSum": exp.Sum, "floatSum": exp.Sum, "long
 _MAX_STRING_BYTES = 1024  # stringFirst / stringLast keep this much of a value unless told otherwise
 
 
-def aggregate(spec: q.Aggregator, columns: Columns, condition: exp.Expr | None) -> exp.Expr:
+def unfinalized(context: Mapping[str, Any]) -> bool:
+    """Druid's query context `finalize: false`: aggregators answer with their intermediate values (a sketch, a
+    first/last aggregator's time and value pair) instead of what those finalize to."""
+    return context.get("finalize", True) in (False, "false")
+
+
+def aggregate(spec: q.Aggregator, columns: Columns, condition: exp.Expr | None, unfinalized: bool = False) -> exp.Expr:
     """One aggregator over the rows that pass `condition`, as post-aggregators' fieldAccess reads it: a sketch
-    aggregator's sketch (`finalize` makes its answer). Over no rows, count and cardinality give 0, sketches are
-    empty and the others null, as Druid's SQL-compatible mode fills empty buckets."""
+    aggregator's sketch, and when `unfinalized` a first/last aggregator's {lhs: time, rhs: value} and a cardinality's
+    sketch too (`finalize` makes their answers). Over no rows, count and cardinality give 0, sketches are empty and
+    the others null, as Druid's SQL-compatible mode fills empty buckets."""
     if isinstance(spec, q.FilteredAggregator):
-        return aggregate(spec.aggregator, columns, all_of(condition, filter_condition(spec.filter, columns)))
-    function, finish = _aggregate_function(spec, columns)
+        passing = all_of(condition, filter_condition(spec.filter, columns))
+        return aggregate(spec.aggregator, columns, passing, unfinalized)
+    function, finish = _aggregate_function(spec, columns, unfinalized)
     if condition is not None:
         function = exp.Filter(this=function, expression=exp.Where(this=condition.copy()))
     return finish(function)
 
 
-def _aggregate_function(spec: q.Aggregator, columns: Columns) -> tuple[exp.Expr, Callable[[exp.Expr], exp.Expr]]:
+def _aggregate_function(spec: q.Aggregator, columns: Columns,
+                        unfinalized: bool) -> tuple[exp.Expr, Callable[[exp.Expr], exp.Expr]]:
     """The aggregate function call, and what is done to its result (outside any FILTER clause)."""
     unchanged: Callable[[exp.Expr], exp.Expr] = lambda value: value  # noqa: E731
     if isinstance(spec, q.CountAggregator):
@@ -65,6 +75,8 @@ def _aggregate_function(spec: q.Aggregator, columns: Columns) -> tuple[exp.Expr,
     if isinstance(spec, q.FirstLastAggregator):
         string = spec.type.startswith("string")
         source = columns.sql(spec.field_name, null_type="VARCHAR" if string else "DOUBLE")
+        if unfinalized and spec.type != "stringAny":
+            return _pair_of(spec, source, columns), unchanged
         if is_pair(_complex_type(columns, spec.field_name)):  # the pairs' own times decide, whatever timeColumn
             name = "ANY_VALUE" if spec.type == "stringAny" else "EARLIEST" if spec.type.endswith("First") else "LATEST"
             function: exp.Expr = druid_function(name, source)
@@ -80,9 +92,28 @@ def _aggregate_function(spec: q.Aggregator, columns: Columns) -> tuple[exp.Expr,
     if (sketch := _sketch(spec, columns)) is not None:
         return sketch[1], unchanged
     if isinstance(spec, q.CardinalityAggregator | q.HyperUniqueAggregator):
+        if unfinalized:
+            return druid_function("DS_HLL", _distinct_input(spec, columns)), unchanged
         estimate = exp.DType.BIGINT if spec.round else exp.DType.DOUBLE
         return exp.ApproxDistinct(this=_distinct_input(spec, columns)), lambda value: exp.cast(value, estimate)
     raise SpecError("aggregations", f"unsupported aggregator {spec!r}")
+
+
+def _pair_of(spec: q.FirstLastAggregator, source: exp.Expr, columns: Columns) -> exp.Expr:
+    """The {lhs: epoch millis, rhs: value} pair of the first or last row with a value, as Druid's first/last
+    aggregators keep it: the stored pairs' own, or one made of each row's time and value."""
+    by = exp.ArgMin if spec.type.endswith("First") else exp.ArgMax
+    if is_pair(_complex_type(columns, spec.field_name)):
+        return by(this=source, expression=pair_part(source, "lhs"))
+    time = columns.sql(spec.time_column, null_type="TIMESTAMP")
+    if spec.type.startswith("string"):
+        length = exp.Literal.number(spec.max_string_bytes or _MAX_STRING_BYTES)
+        source = exp.Substring(this=source, start=exp.Literal.number(1), length=length)
+    pair = exp.Struct(expressions=[
+        exp.PropertyEQ(this=exp.to_identifier("lhs"), expression=druid_function("TIMESTAMP_TO_MILLIS", time)),
+        exp.PropertyEQ(this=exp.to_identifier("rhs"), expression=source.copy())])
+    with_value = exp.case().when(exp.Is(this=source.copy(), expression=exp.null()), exp.null()).else_(pair)
+    return by(this=with_value, expression=time.copy())
 
 
 def _complex_type(columns: Columns, name: str) -> str | None:
@@ -111,12 +142,19 @@ def _sketch(spec: q.Aggregator, columns: Columns) -> tuple[str, exp.Expr] | None
     return None
 
 
-def finalize(spec: q.Aggregator, value: exp.Expr, columns: Columns) -> exp.Expr:
+def finalize(spec: q.Aggregator, value: exp.Expr, columns: Columns, unfinalized: bool = False) -> exp.Expr:
     """An aggregator's answer from its intermediate `value`: a sketch's estimate (rounded to a LONG with `round`),
-    a quantiles sketch's count of values, unless `shouldFinalize` is false; any other value as it is."""
+    a quantiles sketch's count of values, unless `shouldFinalize` is false; when `unfinalized` (see `aggregate`) a
+    pair's value and a cardinality's estimate; any other value as it is."""
     inner = spec
     while isinstance(inner, q.FilteredAggregator):
         inner = inner.aggregator
+    if unfinalized and isinstance(inner, q.FirstLastAggregator) and inner.type != "stringAny":
+        return pair_part(value, "rhs")
+    if unfinalized and isinstance(inner, q.CardinalityAggregator | q.HyperUniqueAggregator) \
+            and _sketch(inner, columns) is None:
+        estimate = exp.DType.BIGINT if inner.round else exp.DType.DOUBLE
+        return exp.cast(druid_function("HLL_SKETCH_ESTIMATE", value), estimate)
     sketch = _sketch(inner, columns)
     if sketch is None or not getattr(inner, "should_finalize", True):
         return value
@@ -252,12 +290,12 @@ def _arithmetic(fn: str, left: exp.Expr, right: exp.Expr) -> exp.Expr:
 
 
 def with_post_aggregations(aggregators: Sequence[q.Aggregator], posts: Sequence[q.PostAggregator],
-                           columns: Columns) -> list[tuple[str, exp.Expr]]:
-    """Output name → SQL value of each aggregator (its answer, from a column of the aggregated rows) and each
-    post-aggregator."""
+                           columns: Columns, unfinalized: bool = False) -> list[tuple[str, exp.Expr]]:
+    """Output name → SQL value of each aggregator (its answer, from a column of the aggregated rows; when
+    `unfinalized`, the query's `finalize: false`, the column as it is) and each post-aggregator."""
     refs: dict[str, exp.Expr] = {a.output_name: exp.column(a.output_name, quoted=True) for a in aggregators}
-    finalized = {a.output_name: finalize(a, refs[a.output_name], columns) for a in aggregators}
-    outputs = list(finalized.items())
+    finalized = {a.output_name: finalize(a, refs[a.output_name], columns, unfinalized) for a in aggregators}
+    outputs = [(name, refs[name].copy() if unfinalized else value) for name, value in finalized.items()]
     for i, post in enumerate(posts):
         path = f"postAggregations[{i}]"
         if not post.name:

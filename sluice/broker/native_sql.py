@@ -22,7 +22,7 @@ from functools import reduce
 from sqlglot import exp
 
 from sluice.broker import native_query as q
-from sluice.broker.native_aggregators import aggregate, with_post_aggregations
+from sluice.broker.native_aggregators import aggregate, unfinalized, with_post_aggregations
 from sluice.broker.native_filters import (
     TIME,
     Columns,
@@ -153,7 +153,8 @@ def _query_parts(query: q.TimeseriesQuery | q.TopNQuery | q.GroupByQuery | q.Sea
 
 def _aggregations(query: q.TimeseriesQuery | q.TopNQuery | q.GroupByQuery, columns: Columns,
                   condition: exp.Expr | None) -> list[tuple[str, exp.Expr]]:
-    outputs = [(a.output_name, aggregate(a, columns, condition)) for a in query.aggregations]
+    outputs = [(a.output_name, aggregate(a, columns, condition, unfinalized(query.context)))
+               for a in query.aggregations]
     _check_unique([name for name, _ in outputs] + [p.name for p in query.post_aggregations if p.name], "aggregations")
     return outputs
 
@@ -194,7 +195,7 @@ def _timeseries(query: q.TimeseriesQuery, source: DataSourceView) -> exp.Expr:
         parts.append(part(TOTAL_KIND, no_bucket, where, grouped=False))
     union = reduce(lambda a, b: exp.union(a, b, distinct=False), parts)
     outputs = _passthrough([KIND, BUCKET, FIRST, ROWS]) + with_post_aggregations(
-        query.aggregations, query.post_aggregations, columns)
+        query.aggregations, query.post_aggregations, columns, unfinalized(query.context))
     return _select(outputs, union.subquery(HIDDEN + "aggregated"))
 
 
@@ -232,7 +233,7 @@ def _topn(query: q.TopNQuery, source: DataSourceView) -> exp.Expr:
                       all_of(intervals_condition(query.intervals), condition),
                       [g for g in (key, value) if g is not None])
     window = exp.Window(this=exp.Min(this=_column(FIRST)), partition_by=[_column(BUCKET)])
-    outputs = with_post_aggregations(query.aggregations, query.post_aggregations, columns)
+    outputs = with_post_aggregations(query.aggregations, query.post_aggregations, columns, unfinalized(query.context))
     computed = _select([(BUCKET, _column(BUCKET)), (FIRST, window), (name, _column(name)), *outputs],
                        grouped.subquery(HIDDEN + "grouped"))
     order, skip = _topn_order(query.metric, name, [n for n, _ in outputs])
@@ -248,7 +249,7 @@ def _group_by(query: q.GroupByQuery, source: DataSourceView) -> exp.Expr:
     columns, condition = _query_parts(query, source)
     aggregations = _aggregations(query, columns, None)
     dimensions = [(d.name, dimension_value(d, columns)) for d in query.dimensions]
-    outputs = with_post_aggregations(query.aggregations, query.post_aggregations, columns)
+    outputs = with_post_aggregations(query.aggregations, query.post_aggregations, columns, unfinalized(query.context))
     _check_unique([n for n, _ in dimensions] + [n for n, _ in outputs], "dimensions")
     key = _bucket(query.granularity)
     keys = [g for g in (key, *(v for _, v in dimensions)) if g is not None]

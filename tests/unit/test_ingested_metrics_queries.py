@@ -278,6 +278,32 @@ def test_an_unfinalized_sketch_is_its_base64(broker: Broker) -> None:
     assert ds.quantiles_doubles_sketch.deserialize(_sketch_bytes(result["latencies"])).n == len(EVENTS)
 
 
+def test_finalize_false_answers_with_pairs_and_sketches_and_post_aggregators_still_finalize(broker: Broker) -> None:
+    """Druid's query context `finalize: false`: each aggregator's intermediate value, a first/last aggregator's
+    {lhs: time, rhs: value} (of the stored pairs, or made from a plain column and __time) and a cardinality's
+    sketch; a finalizingFieldAccess post-aggregator still reads the answer."""
+    [row] = _native(broker, {"queryType": "timeseries", "granularity": "all", "context": {"finalize": False},
+                             "aggregations": [
+        {"type": "count", "name": "rows"},
+        {"type": "longFirst", "name": "added_first", "fieldName": "added_first"},
+        {"type": "stringLast", "name": "page_last", "fieldName": "page_last"},
+        {"type": "longLast", "name": "count_last", "fieldName": "count"},
+        {"type": "cardinality", "name": "channels", "fields": ["channel"], "round": True},
+        {"type": "HLLSketchMerge", "name": "users", "fieldName": "users"},
+    ], "postAggregations": [{"type": "finalizingFieldAccess", "name": "added", "fieldName": "added_first"}]})
+    result = row["result"]
+    assert {name: result[name] for name in ("rows", "added_first", "page_last", "count_last", "added")} == {
+        "rows": 6, "added_first": {"lhs": _millis(5), "rhs": 3}, "page_last": {"lhs": _millis(165), "rhs": "Portail"},
+        "count_last": {"lhs": _millis(120), "rhs": 1}, "added": 3}
+    assert ds.hll_sketch.deserialize(_sketch_bytes(result["channels"])).get_estimate() == pytest.approx(2)
+    assert ds.hll_sketch.deserialize(_sketch_bytes(result["users"])).get_estimate() == pytest.approx(USERS)
+    grouped = _native(broker, {"queryType": "groupBy", "granularity": "all", "dimensions": ["channel"],
+                               "context": {"finalize": "false"},
+                               "aggregations": [{"type": "longLast", "name": "added", "fieldName": "added_last"}]})
+    assert [(r["event"]["channel"], r["event"]["added"]) for r in grouped] == [
+        ("#en", {"lhs": _millis(135), "rhs": 6}), ("#fr", {"lhs": _millis(165), "rhs": 1})]
+
+
 def _by_channel(channel: str, aggregator: dict[str, Any]) -> dict[str, Any]:
     return {"type": "filtered", "filter": {"type": "selector", "dimension": "channel", "value": channel},
             "aggregator": aggregator}
