@@ -24,8 +24,8 @@ from sluice.broker.errors import SqlError
 from sluice.broker.json_functions import JSON_FUNCTIONS, rewrite_json
 from sluice.broker.python_functions import PYTHON_FUNCTIONS
 from sluice.broker.scalar_functions import SCALAR_FUNCTIONS, as_long, rewrite_scalar
-from sluice.broker.sketch_functions import SKETCH_FUNCTIONS, count_distinct_sketches, quantile_of_sketches, \
-    rewrite_sketch
+from sluice.broker.sketch_functions import SKETCH_FUNCTIONS, count_distinct_sketches, quantile_of_digests, \
+    quantile_of_sketches, rewrite_sketch
 from sluice.broker.sketches import HLL, THETA
 from sluice.broker.zones import Session, Zone, from_local, to_local
 from sluice.periods import Period
@@ -403,9 +403,11 @@ def _bit_aggregate(name: str) -> Callable[[Call], exp.Expr]:
 
 def _approx_quantile(call: Call) -> exp.Expr:
     """APPROX_QUANTILE(expr, p[, …]) and its sketch variants: a DOUBLE, as in Druid. APPROX_QUANTILE_DS over a column
-    of quantiles sketches merges them."""
+    of quantiles sketches merges them, TDIGEST_QUANTILE over a column of t-digests too."""
     if call.name == "APPROX_QUANTILE_DS" and call.complex_type(0) is not None:
         return quantile_of_sketches(call)
+    if call.name == "TDIGEST_QUANTILE" and call.complex_type(0) is not None:
+        return quantile_of_digests(call)
     quantile = exp.Anonymous(this="APPROX_QUANTILE", expressions=[call.args[0].copy(), call.args[1].copy()])
     return exp.cast(quantile, exp.DType.DOUBLE)
 

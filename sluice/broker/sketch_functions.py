@@ -218,10 +218,25 @@ def _decode_base64_complex(call: Call) -> exp.Expr:
 
 
 def _tdigest_generate_sketch(call: Call) -> exp.Expr:
-    """TDIGEST_GENERATE_SKETCH(expr[, compression]): the digest of the group's values as DOUBLEs."""
+    """TDIGEST_GENERATE_SKETCH(expr[, compression]): the digest of the group's values as DOUBLEs, or of a column of
+    digests (a tDigestSketch metric) the digests merged."""
     compression = call.integer(1, "compression", 1, 2**31 - 1)
-    return _aggregate("TDIGEST_GENERATE_SKETCH", exp.cast(call.args[0].copy(), exp.DType.DOUBLE),
-                      exp.Literal.number(tdigest.DEFAULT_COMPRESSION if compression is None else compression))
+    size = exp.Literal.number(tdigest.DEFAULT_COMPRESSION if compression is None else compression)
+    kind = call.complex_type(0)
+    if kind == tdigest.TDIGEST:
+        return _aggregate(tdigest.MERGE, call.args[0].copy(), size)
+    if kind is not None:
+        raise _unreadable(call, kind)
+    return _aggregate("TDIGEST_GENERATE_SKETCH", exp.cast(call.args[0].copy(), exp.DType.DOUBLE), size)
+
+
+def quantile_of_digests(call: Call) -> exp.Expr:
+    """TDIGEST_QUANTILE(column of digests, fraction[, compression]): the quantile of the digests merged."""
+    if call.complex_type(0) != tdigest.TDIGEST:
+        raise _unreadable(call, call.complex_type(0))
+    digest = _tdigest_generate_sketch(Call("TDIGEST_GENERATE_SKETCH", [call.args[0], *call.args[2:]],
+                                           call.session_zone))
+    return _udf(tdigest.QUANTILE, digest, exp.cast(call.args[1].copy(), exp.DType.DOUBLE))
 
 
 # --------------------------------------------------------------------------------------------------- Bloom filters

@@ -6,7 +6,9 @@ big-endian, `int 1, double min, double max, double compression, int centroids`, 
 `double weight, double mean` in order of mean. The digest here is a merging t-digest under the k1 scale function
 (Dunning and Ertl, "Computing extremely accurate quantiles using t-digests"): the values sorted, then merged into
 centroids whose k1 span is at most 1, so that centroids are small at both tails: about `compression` / 2 centroids,
-a few values kept exactly. Over a column of digests (rather than values) it is not supported yet.
+a few values kept exactly. Over a column of digests (a `tDigestSketch` metric) the digests are merged: their
+centroids compressed again under the same rule, as MergingDigest.add(digest) does, and TDIGEST_QUANTILE reads the
+quantile off the merged digest as MergingDigest.quantile does.
 """
 
 from __future__ import annotations
@@ -44,24 +46,82 @@ class TDigest:
         if not len(values):
             return cls(compression, (), ())
         ordered = np.sort(values.astype(np.float64))
-        total = len(ordered)
-        means: list[float] = []
-        weights: list[float] = []
-        mean, weight, before = float(ordered[0]), 1.0, 0.0
+        return cls._compressed(ordered, np.ones(len(ordered)), compression, float(ordered[0]), float(ordered[-1]))
+
+    @classmethod
+    def merged(cls, digests: list[TDigest], compression: float = DEFAULT_COMPRESSION) -> TDigest:
+        """One digest of what `digests` digested: every centroid of theirs, in order of mean, compressed again."""
+        digests = [d for d in digests if d.weights]
+        if not digests:
+            return cls(compression, (), ())
+        means = np.concatenate([np.asarray(d.means) for d in digests])
+        weights = np.concatenate([np.asarray(d.weights) for d in digests])
+        order = np.argsort(means, kind="stable")
+        return cls._compressed(means[order], weights[order], compression, min(d.min for d in digests),
+                               max(d.max for d in digests))
+
+    @classmethod
+    def _compressed(cls, means: np.ndarray, weights: np.ndarray, compression: float, low: float,
+                    high: float) -> TDigest:
+        """Centroids (`means` in order, each of its weight; single values weigh 1) merged left to right while a
+        centroid spans at most one k1 unit."""
+        total = float(weights.sum())
+        merged_means: list[float] = []
+        merged_weights: list[float] = []
+        mean, weight, before = float(means[0]), float(weights[0]), 0.0
         limit = _q_limit(0.0, compression)
-        for value in ordered[1:]:
-            if (before + weight + 1) / total <= limit:
-                weight += 1
-                mean += (float(value) - mean) / weight
+        for value, value_weight in zip(means[1:].tolist(), weights[1:].tolist()):
+            if (before + weight + value_weight) / total <= limit:
+                weight += value_weight
+                mean += (value - mean) * value_weight / weight
                 continue
-            means.append(mean)
-            weights.append(weight)
+            merged_means.append(mean)
+            merged_weights.append(weight)
             before += weight
             limit = _q_limit(before / total, compression)
-            mean, weight = float(value), 1.0
-        means.append(mean)
-        weights.append(weight)
-        return cls(compression, tuple(means), tuple(weights), float(ordered[0]), float(ordered[-1]))
+            mean, weight = value, value_weight
+        merged_means.append(mean)
+        merged_weights.append(weight)
+        return cls(compression, tuple(merged_means), tuple(merged_weights), low, high)
+
+    def quantile(self, q: float) -> float:
+        """MergingDigest.quantile: interpolated between centroid centres, a centroid of one value being exactly
+        that value, and towards min and max at the ends; NaN for an empty digest."""
+        if not 0 <= q <= 1:
+            raise ValueError(f"a quantile is between 0 and 1, got {q}")
+        means, weights, n = self.means, self.weights, len(self.means)
+        if n == 0:
+            return math.nan
+        if n == 1:
+            return means[0]
+        total = sum(weights)
+        index = q * total
+        if index < 1:
+            return self.min
+        if weights[0] > 1 and index < weights[0] / 2:
+            return self.min + (index - 1) / (weights[0] / 2 - 1) * (means[0] - self.min)
+        if index > total - 1:
+            return self.max
+        if weights[-1] > 1 and total - index <= weights[-1] / 2:
+            return self.max - (total - index - 1) / (weights[-1] / 2 - 1) * (self.max - means[-1])
+        so_far = weights[0] / 2
+        for i in range(n - 1):
+            step = (weights[i] + weights[i + 1]) / 2
+            if so_far + step > index:
+                left = right = 0.0
+                if weights[i] == 1:
+                    if index - so_far < 0.5:
+                        return means[i]
+                    left = 0.5
+                if weights[i + 1] == 1:
+                    if so_far + step - index <= 0.5:
+                        return means[i + 1]
+                    right = 0.5
+                return _weighted_average(means[i], so_far + step - index - right, means[i + 1],
+                                         index - so_far - left)
+            so_far += step
+        beyond = index - total - weights[-1] / 2
+        return _weighted_average(means[-1], beyond, self.max, weights[-1] / 2 - beyond)
 
     def serialize(self) -> bytes:
         """MergingDigest.asBytes."""
@@ -78,6 +138,12 @@ class TDigest:
             raise ValueError(f"not a t-digest in the verbose encoding (encoding {encoding}, {len(data)} bytes)")
         pairs = [_CENTROID.unpack_from(data, _HEADER.size + i * _CENTROID.size) for i in range(count)]
         return cls(compression, tuple(m for _, m in pairs), tuple(w for w, _ in pairs), low, high)
+
+
+def _weighted_average(x1: float, w1: float, x2: float, w2: float) -> float:
+    """MergingDigest's weightedAverage: kept between the two values whatever rounding does."""
+    low, high = min(x1, x2), max(x1, x2)
+    return max(low, min(high, (x1 * w1 + x2 * w2) / (w1 + w2)))
 
 
 def _k1(q: float, compression: float) -> float:
@@ -106,12 +172,35 @@ def _build(lists: pa.Array, compressions: pa.Array) -> pa.Array:
     return pa.array(out, pa.struct([(TDIGEST, pa.binary())]))
 
 
+def _merge(lists: pa.Array, compressions: pa.Array) -> pa.Array:
+    """SLUICE_TDIGEST_MERGE's groups: each list of digests merged at its compression (null digests skipped)."""
+    out = []
+    for digests, compression in zip(lists.to_pylist(), compressions.to_pylist()):
+        parts = [TDigest.deserialize(d[TDIGEST]) for d in digests or () if d is not None and d[TDIGEST] is not None]
+        out.append({TDIGEST: TDigest.merged(parts, compression).serialize()})
+    return pa.array(out, pa.struct([(TDIGEST, pa.binary())]))
+
+
+def _quantile(digests: pa.Array, fractions: pa.Array) -> pa.Array:
+    """SLUICE_TDIGEST_QUANTILE: the quantile of each digest (null for a null digest)."""
+    return pa.array([None if d is None or d[TDIGEST] is None else TDigest.deserialize(d[TDIGEST]).quantile(q)
+                     for d, q in zip(digests.to_pylist(), fractions.to_pylist())], pa.float64())
+
+
+#: what translated calls of TDIGEST_GENERATE_SKETCH and TDIGEST_QUANTILE over a column of digests use (not Druid's)
+MERGE, QUANTILE = "SLUICE_TDIGEST_MERGE", "SLUICE_TDIGEST_QUANTILE"
 #: the names of the functions, which a query needs registered on its connection (see `register`)
-FUNCTIONS = frozenset({"TDIGEST_GENERATE_SKETCH"})
+FUNCTIONS = frozenset({"TDIGEST_GENERATE_SKETCH", MERGE, QUANTILE})
 
 
 def register(conn: duckdb.DuckDBPyConnection) -> None:
-    """TDIGEST_GENERATE_SKETCH(values, compression) on a connection: `values` an ARRAY_AGG of the group's DOUBLEs
-    (nulls as NaN, which no digest takes)."""
+    """On a connection: TDIGEST_GENERATE_SKETCH(values, compression), `values` an ARRAY_AGG of the group's DOUBLEs
+    (nulls as NaN, which no digest takes); SLUICE_TDIGEST_MERGE(digests, compression), `digests` an ARRAY_AGG of a
+    digest column; SLUICE_TDIGEST_QUANTILE(digest, fraction)."""
+    digest = duckdb.struct_type({TDIGEST: "BLOB"})
     conn.create_function("TDIGEST_GENERATE_SKETCH", arrow_udf(_build, 2), [duckdb.list_type("DOUBLE"), "INTEGER"],
-                         duckdb.struct_type({TDIGEST: "BLOB"}), type="arrow", null_handling="special")
+                         digest, type="arrow", null_handling="special")
+    conn.create_function(MERGE, arrow_udf(_merge, 2), [duckdb.list_type(digest), "INTEGER"],
+                         digest, type="arrow", null_handling="special")
+    conn.create_function(QUANTILE, arrow_udf(_quantile, 2), [digest, "DOUBLE"], "DOUBLE",
+                         type="arrow", null_handling="special")

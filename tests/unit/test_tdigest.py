@@ -1,18 +1,27 @@
-"""TDIGEST_GENERATE_SKETCH: a merging t-digest in MergingDigest's verbose byte layout, as Druid serializes it."""
+"""TDIGEST_GENERATE_SKETCH and TDIGEST_QUANTILE: a merging t-digest in MergingDigest's verbose byte layout, as Druid
+serializes it, built from values or merged from a column of digests."""
 
 from __future__ import annotations
 
+import base64
 import struct
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+import datasketches as ds
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from sluice.broker import tdigest
 from sluice.broker.errors import SqlError
 from sluice.broker.sql import translate_query
+from sluice.broker.sketches import HLL
 from sluice.broker.tdigest import TDIGEST, TDigest
+from sluice.segment.segment import Interval
+from tests.unit.published import broker_over
 
 
 def test_a_digest_keeps_every_value_weighted_and_its_quantiles_close() -> None:
@@ -53,3 +62,53 @@ def test_the_sql_aggregate_digests_each_groups_values_skipping_nulls() -> None:
                     ("b", TDigest(200.0, (7.0,), (1.0,), 7.0, 7.0))]
     with pytest.raises(SqlError, match="compression as an integer literal"):
         translate_query("SELECT TDIGEST_GENERATE_SKETCH(n, 'x') FROM t", ["t"])
+
+
+def test_a_quantile_reads_as_merging_digest_does() -> None:
+    few = TDigest.of(np.array([5.0, 1.0, 3.0, 2.0, 4.0]), 100)
+    assert [few.quantile(q) for q in (0.0, 0.1, 0.5, 1.0)] == [1.0, 1.0, 3.0, 5.0]
+    assert np.isnan(TDigest.of(np.array([]), 100).quantile(0.5))
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        few.quantile(1.5)
+
+
+def test_merged_digests_keep_every_weight_and_answer_close_quantiles() -> None:
+    values = np.random.default_rng(11).permutation(np.arange(1, 100_001, dtype=np.float64))
+    merged = TDigest.merged([TDigest.of(part, 100) for part in np.array_split(values, 7)] + [TDigest.of(values[:0])])
+    assert sum(merged.weights) == 100_000 and (merged.min, merged.max) == (1.0, 100_000.0)
+    assert len(merged.means) <= 100
+    for q in (0.01, 0.25, 0.5, 0.75, 0.99):
+        assert abs(merged.quantile(q) - q * 100_000) < 0.01 * 100_000, q
+    assert TDigest.merged([]) == TDigest(100, (), ())
+
+
+def test_sql_over_a_column_of_digests_merges_them(tmp_path: Path) -> None:
+    """A tDigestSketch metric's column ({tDigestSketch: bytes}, as ingestion writes it): TDIGEST_QUANTILE and
+    TDIGEST_GENERATE_SKETCH merge the rows' digests, per group and over segments."""
+    day = datetime(2024, 1, 1, tzinfo=UTC)
+    latencies = {"#en": np.arange(1, 1001, dtype=np.float64), "#fr": np.arange(1001, 2001, dtype=np.float64)}
+    files = []
+    for hour in range(2):  # each hour's half of each channel's values, digested per row
+        rows = [(channel, TDigest.of(values[hour::2]).serialize()) for channel, values in latencies.items()]
+        path = tmp_path / f"hour-{hour}" / "index.parquet"
+        path.parent.mkdir()
+        pq.write_table(pa.table({
+            "__time": pa.array([day + timedelta(hours=hour)] * 2, pa.timestamp("ms", tz="UTC")),
+            "channel": [channel for channel, _ in rows],
+            "latency": pa.array([{TDIGEST: data} for _, data in rows], pa.struct([(TDIGEST, pa.binary())])),
+            "users": pa.array([{HLL: ds.hll_sketch(12).serialize_compact()}] * 2, pa.struct([(HLL, pa.binary())])),
+        }), path)
+        files.append((path, Interval(day + timedelta(hours=hour), day + timedelta(hours=hour + 1))))
+    broker = broker_over(tmp_path / "broker", tmp_path, "timings", files, ["channel"],
+                         [{"type": "tDigestSketch", "name": "latency", "fieldName": "latency"},
+                          {"type": "HLLSketchBuild", "name": "users", "fieldName": "users"}])
+    rows = broker.sql("SELECT channel, TDIGEST_QUANTILE(latency, 0.5) AS p50, TDIGEST_GENERATE_SKETCH(latency, 200) "
+                      "AS d FROM timings GROUP BY channel ORDER BY channel").rows
+    assert [(channel, round(p50)) for channel, p50, _ in rows] == [("#en", 500), ("#fr", 1500)]
+    sketches = [TDigest.deserialize(base64.b64decode(d)) for _, _, d in rows]
+    assert [(sum(s.weights), s.min, s.max, s.compression) for s in sketches] == [
+        (1000, 1.0, 1000.0, 200.0), (1000, 1001.0, 2000.0, 200.0)]
+    [(overall,)] = broker.sql("SELECT TDIGEST_QUANTILE(latency, 0.9) FROM timings").rows
+    assert abs(overall - 1800) < 20
+    with pytest.raises(SqlError, match="TDIGEST_QUANTILE cannot read column users of type COMPLEX<HLLSketch>"):
+        broker.sql("SELECT TDIGEST_QUANTILE(users, 0.5) FROM timings")
