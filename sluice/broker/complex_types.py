@@ -22,7 +22,7 @@ from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from sluice.broker.bloom import BLOOM
 from sluice.broker.sketches import KINDS
-from sluice.broker.tdigest import TDIGEST
+from sluice.tdigest import TDIGEST
 
 #: the complex types held as a one-field STRUCT of their bytes, written as Base64 in a result: sketches, Bloom filters
 COMPLEX_KINDS = (*KINDS, BLOOM, TDIGEST)

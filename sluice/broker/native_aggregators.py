@@ -21,8 +21,10 @@ from sluice.broker.native_filters import (
 )
 from sluice.broker.scalar_functions import as_long
 from sluice.broker.sketches import HISTOGRAM_BINS, HLL, QUANTILES, QUANTILES_COUNT, THETA
+from sluice.broker.tdigest import QUANTILE as TDIGEST_QUANTILE
 from sluice.expressions import ExpressionError, druid_function, to_sql
 from sluice.spec.errors import SpecError
+from sluice.tdigest import TDIGEST
 
 # ---------------------------------------------------------------------------------------------------- aggregators
 
@@ -136,6 +138,9 @@ def _sketch(spec: q.Aggregator, columns: Columns) -> tuple[str, exp.Expr] | None
         case q.QuantilesDoublesSketchAggregator(field_name=name, k=k):
             values = columns.sql(name, null_type="DOUBLE")
             return QUANTILES, druid_function("DS_QUANTILES_SKETCH", values, exp.Literal.number(k))
+        case q.TDigestSketchAggregator(field_name=name, compression=compression):
+            values = columns.sql(name, null_type="DOUBLE")
+            return TDIGEST, druid_function("TDIGEST_GENERATE_SKETCH", values, exp.Literal.number(compression))
         case q.HyperUniqueAggregator(field_name=name) | q.CardinalityAggregator(fields=[q.DefaultDimensionSpec(
                 dimension=name)]) if _complex_type(columns, name) == HLL:
             return HLL, druid_function("DS_HLL", columns.sql(name))
@@ -159,6 +164,8 @@ def finalize(spec: q.Aggregator, value: exp.Expr, columns: Columns, unfinalized:
     if sketch is None or not getattr(inner, "should_finalize", True):
         return value
     kind = sketch[0]
+    if kind == TDIGEST:
+        return value
     if kind == THETA:
         return druid_function("THETA_SKETCH_ESTIMATE", value)
     if kind == QUANTILES:
@@ -260,6 +267,9 @@ def _of_sketch(spec: q.PostAggregator, sketch: exp.Expr) -> exp.Expr:
             return _doubles(druid_function(HISTOGRAM_BINS, sketch, exp.Literal.number(bins or 10)))
         case sk.HistogramPostAggregator(split_points=points):
             return _doubles(druid_function("DS_HISTOGRAM", sketch, *_numbers(points)))
+        case sk.TDigestQuantilesPostAggregator(fractions=fractions):
+            return exp.Array(expressions=[druid_function(TDIGEST_QUANTILE, sketch.copy(), fraction)
+                                          for fraction in _numbers(fractions)])
     raise SpecError("postAggregations", f"unsupported post-aggregator {spec!r}")
 
 

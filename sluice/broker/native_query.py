@@ -409,6 +409,15 @@ class QuantilesDoublesSketchAggregator(_NamedAggregator):
     should_finalize: bool = True
 
 
+class TDigestSketchAggregator(_NamedAggregator):
+    """The druid-tdigestsketch extension's aggregator: a t-digest of the column's numbers, or its digests merged.
+    Its answer is the digest (the extension does not finalize it)."""
+
+    type: Literal["tDigestSketch"]
+    field_name: str
+    compression: int = Field(100, ge=1)
+
+
 class FilteredAggregator(SpecModel):
     type: Literal["filtered"]
     filter: DimFilter
@@ -423,7 +432,8 @@ class FilteredAggregator(SpecModel):
 Aggregator = Annotated[
     Union[
         CountAggregator, NumericAggregator, FirstLastAggregator, CardinalityAggregator, HyperUniqueAggregator,
-        HllSketchAggregator, ThetaSketchAggregator, QuantilesDoublesSketchAggregator, FilteredAggregator,
+        HllSketchAggregator, ThetaSketchAggregator, QuantilesDoublesSketchAggregator, TDigestSketchAggregator,
+        FilteredAggregator,
     ],
     Field(discriminator="type"),
 ]

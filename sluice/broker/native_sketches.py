@@ -101,8 +101,16 @@ class HistogramPostAggregator(SketchPostAggregator):
         return self
 
 
+class TDigestQuantilesPostAggregator(SketchPostAggregator):
+    """The druid-tdigestsketch extension's post-aggregator: the digest's value at each fraction."""
+
+    type: Literal["quantilesFromTDigestSketch"]
+    fractions: list[Annotated[float, Field(ge=0, le=1)]] = Field(min_length=1)
+
+
 SKETCH_POST_AGGREGATORS = (
     HllSketchEstimatePostAggregator, HllSketchEstimateWithBoundsPostAggregator, SketchSummaryPostAggregator,
     HllSketchUnionPostAggregator, ThetaSketchEstimatePostAggregator, ThetaSketchSetOpPostAggregator,
     QuantilePostAggregator, QuantilesPostAggregator, RankPostAggregator, CdfPostAggregator, HistogramPostAggregator,
+    TDigestQuantilesPostAggregator,
 )

@@ -19,6 +19,7 @@ from sluice.broker.calls import Call, DruidFunction, template
 from sluice.broker.complex_types import COMPLEX_KINDS
 from sluice.broker.errors import SqlError
 from sluice.broker.sketches import HISTOGRAM_BINS, HLL, QUANTILES, QUANTILES_COUNT
+from sluice.tdigest import DEFAULT_COMPRESSION, TDIGEST
 
 _HLL_TYPES = ("HLL_4", "HLL_6", "HLL_8")
 _AGGREGATE = "sketch_aggregate"  # meta flag of a rewritten aggregate, whose ARRAY_AGG takes its FILTER
@@ -221,9 +222,9 @@ def _tdigest_generate_sketch(call: Call) -> exp.Expr:
     """TDIGEST_GENERATE_SKETCH(expr[, compression]): the digest of the group's values as DOUBLEs, or of a column of
     digests (a tDigestSketch metric) the digests merged."""
     compression = call.integer(1, "compression", 1, 2**31 - 1)
-    size = exp.Literal.number(tdigest.DEFAULT_COMPRESSION if compression is None else compression)
+    size = exp.Literal.number(DEFAULT_COMPRESSION if compression is None else compression)
     kind = call.complex_type(0)
-    if kind == tdigest.TDIGEST:
+    if kind == TDIGEST:
         return _aggregate(tdigest.MERGE, call.args[0].copy(), size)
     if kind is not None:
         raise _unreadable(call, kind)
@@ -232,11 +233,15 @@ def _tdigest_generate_sketch(call: Call) -> exp.Expr:
 
 def quantile_of_digests(call: Call) -> exp.Expr:
     """TDIGEST_QUANTILE(column of digests, fraction[, compression]): the quantile of the digests merged."""
-    if call.complex_type(0) != tdigest.TDIGEST:
+    if call.complex_type(0) != TDIGEST:
         raise _unreadable(call, call.complex_type(0))
     digest = _tdigest_generate_sketch(Call("TDIGEST_GENERATE_SKETCH", [call.args[0], *call.args[2:]],
                                            call.session_zone))
-    return _udf(tdigest.QUANTILE, digest, exp.cast(call.args[1].copy(), exp.DType.DOUBLE))
+    return _digest_quantile(digest, call.args[1])
+
+
+def _digest_quantile(digest: exp.Expr, fraction: exp.Expr) -> exp.Expr:
+    return _udf(tdigest.QUANTILE, digest.copy(), exp.cast(fraction.copy(), exp.DType.DOUBLE))
 
 
 # --------------------------------------------------------------------------------------------------- Bloom filters
@@ -296,6 +301,7 @@ SKETCH_FUNCTIONS: dict[str, DruidFunction] = {
     "DS_RANK": DruidFunction(2, 2, _sketch_and(lambda call: exp.Literal.number(call.number(1, "the value")))),
     "DS_QUANTILE_SUMMARY": DruidFunction(1, 1, _sketch_only),
     QUANTILES_COUNT: DruidFunction(1, 1, _sketch_only),
+    tdigest.QUANTILE: DruidFunction(2, 2, lambda call: _digest_quantile(call.args[0], call.args[1])),
     HISTOGRAM_BINS: DruidFunction(2, 2, _sketch_and(
         lambda call: exp.Literal.number(call.integer(1, "the number of bins", 2, 2**31 - 1) or 10))),
     "DS_TUPLE_DOUBLES_METRICS_SUM_ESTIMATE": DruidFunction(1, 1, _sketch_only),

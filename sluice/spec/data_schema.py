@@ -212,6 +212,13 @@ class QuantilesSketchAggregatorSpec(_OverField):
     should_finalize: bool = True
 
 
+class TDigestSketchAggregatorSpec(_OverField):
+    """A t-digest of the column's numbers (the druid-tdigestsketch extension); a column of digests (Base64) merges."""
+
+    type: Literal["tDigestSketch"]
+    compression: int = Field(100, ge=1)
+
+
 class HyperUniqueAggregatorSpec(_OverField):
     """Distinct values, kept as a DataSketches HLL sketch (lgK 11: Druid's 2048 HyperLogLog registers), so that every
     distinct-count function reads it. `isInputHyperUnique` reads such sketches (Base64), as a re-index of the
@@ -224,7 +231,7 @@ class HyperUniqueAggregatorSpec(_OverField):
 
 AggregatorSpec = Annotated[
     Union[NumericAggregatorSpec, FirstLastAggregatorSpec, HllSketchAggregatorSpec, ThetaSketchAggregatorSpec,
-          QuantilesSketchAggregatorSpec, HyperUniqueAggregatorSpec],
+          QuantilesSketchAggregatorSpec, TDigestSketchAggregatorSpec, HyperUniqueAggregatorSpec],
     Field(discriminator="type"),
 ]
 

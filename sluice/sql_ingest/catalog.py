@@ -15,7 +15,8 @@ from sluice.segment.columns import parquet_column_types
 #: the Druid type of a metric column, by its aggregator (first/last columns read as their values' type)
 _AGGREGATOR_TYPES = {"count": "long", "HLLSketchBuild": "COMPLEX<HLLSketch>", "HLLSketchMerge": "COMPLEX<HLLSketch>",
                      "hyperUnique": "COMPLEX<HLLSketch>", "thetaSketch": "COMPLEX<thetaSketch>",
-                     "quantilesDoublesSketch": "COMPLEX<quantilesDoublesSketch>"}
+                     "quantilesDoublesSketch": "COMPLEX<quantilesDoublesSketch>",
+                     "tDigestSketch": "COMPLEX<tDigestSketch>"}
 
 
 def data_source_columns(metadata: MetadataStore, data_source: str) -> dict[str, str] | None:

@@ -216,7 +216,9 @@ def _dimension(name: str, node: exp.Expression, source: Source, output: _Output)
 #: sketch functions at ingestion: the aggregator type, and its size argument after the input (name, default)
 _SKETCHES = {"DS_HLL": ("HLLSketchBuild", "lgK"), "APPROX_COUNT_DISTINCT_DS_HLL": ("HLLSketchBuild", "lgK"),
              "APPROXDISTINCT": ("HLLSketchBuild", None), "DS_THETA": ("thetaSketch", "size"),
-             "APPROX_COUNT_DISTINCT_DS_THETA": ("thetaSketch", "size"), "DS_QUANTILES_SKETCH": ("quantilesDoublesSketch", "k")}
+             "APPROX_COUNT_DISTINCT_DS_THETA": ("thetaSketch", "size"),
+             "DS_QUANTILES_SKETCH": ("quantilesDoublesSketch", "k"),
+             "TDIGEST_GENERATE_SKETCH": ("tDigestSketch", "compression")}
 #: aggregates whose finalized value (an estimate, the earliest value) is not what a segment can roll up further:
 #: Druid stores them combinable only under finalizeAggregations: false
 _FINALIZED = {"EARLIEST", "LATEST", "APPROX_COUNT_DISTINCT_DS_HLL", "APPROXDISTINCT", "APPROX_COUNT_DISTINCT_DS_THETA"}

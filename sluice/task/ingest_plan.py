@@ -22,6 +22,7 @@ from sluice.spec.data_schema import (
     HyperUniqueAggregatorSpec,
     NumericAggregatorSpec,
     QuantilesSketchAggregatorSpec,
+    TDigestSketchAggregatorSpec,
     ThetaSketchAggregatorSpec,
     TimestampSpec,
 )
@@ -42,10 +43,15 @@ _DIMENSION_SQL_TYPE = {"string": "STRING", "long": "BIGINT", "float": "FLOAT", "
 #: the Spark SQL type of each first/last aggregator's value
 _PAIR_VALUES = {"long": "BIGINT", "double": "DOUBLE", "float": "FLOAT", "string": "STRING"}
 _ARROW_TYPES = {"BIGINT": pa.int64(), "DOUBLE": pa.float64(), "FLOAT": pa.float32(), "STRING": pa.string()}
-#: the DataSketches family of each sketch, its third byte (after the preamble's length and serialization version)
-_SKETCH_FAMILY = {"HLLSketch": "X'07'", "thetaSketch": "X'03'", "quantilesDoublesSketch": "X'08'"}
-#: the Spark function that merges persisted quantiles sketches (see sketch_udfs), with the values it builds from
-QUANTILES_FUNCTION = "sluice_quantiles_sketch"
+#: where a sketch's bytes say its kind, (1-based position, bytes): a DataSketches sketch's family is its third byte
+#: (after the preamble's length and serialization version), a t-digest starts with its encoding, int 1
+_SKETCH_MAGIC = {"HLLSketch": (3, "X'07'"), "thetaSketch": (3, "X'03'"), "quantilesDoublesSketch": (3, "X'08'"),
+                 "tDigestSketch": (1, "X'00000001'")}
+#: the Spark functions that build a quantiles sketch and a t-digest (see sketch_udfs) from a group's values, merging
+#: the sketches it holds (persisted, or an input's)
+QUANTILES_FUNCTION, TDIGEST_FUNCTION = "sluice_quantiles_sketch", "sluice_tdigest_sketch"
+#: the sketches built so, from numbers: an input that is not a number may be such a sketch, merged
+_BUILT_BY_PYTHON = ("quantilesDoublesSketch", "tDigestSketch")
 
 
 @dataclass(frozen=True)
@@ -154,15 +160,16 @@ class FirstLastAggregator(Aggregator):
 @dataclass(frozen=True)
 class SketchAggregator(Aggregator):
     """A DataSketches sketch, stored as a one-field STRUCT named after Druid's complex type (what the broker reads
-    as a sketch). Spark builds HLL and Theta sketches itself; the quantiles sketch is built by a Python function
-    over the group's values. An input that is a sketch (Base64, as Druid writes one in JSON) is merged."""
+    as a sketch). Spark builds HLL and Theta sketches itself; the quantiles sketch and the t-digest are built by a
+    Python function over the group's values. An input that is a sketch (Base64, as Druid writes one in JSON) is
+    merged."""
 
-    spec: HllSketchAggregatorSpec | ThetaSketchAggregatorSpec | QuantilesSketchAggregatorSpec | HyperUniqueAggregatorSpec
+    spec: (HllSketchAggregatorSpec | ThetaSketchAggregatorSpec | QuantilesSketchAggregatorSpec
+           | TDigestSketchAggregatorSpec | HyperUniqueAggregatorSpec)
 
     @property
     def kind(self) -> str:
-        return {"thetaSketch": "thetaSketch", "quantilesDoublesSketch": "quantilesDoublesSketch"}.get(
-            self.spec.type, "HLLSketch")
+        return self.spec.type if self.spec.type in ("thetaSketch", *_BUILT_BY_PYTHON) else "HLLSketch"
 
     @property
     def sql_type(self) -> str:
@@ -181,17 +188,19 @@ class SketchAggregator(Aggregator):
     def _sketch_bytes(self) -> str:
         """The input field's Base64 decoded, NULL unless it is a sketch of this kind."""
         decoded = f"try_to_binary({q(self.spec.field_name)}, 'base64')"
-        return f"CASE WHEN substring({decoded}, 3, 1) = {_SKETCH_FAMILY[self.kind]} THEN {decoded} END"
+        position, magic = _SKETCH_MAGIC[self.kind]
+        length = (len(magic) - 3) // 2
+        return f"CASE WHEN substring({decoded}, {position}, {length}) = {magic} THEN {decoded} END"
 
     def input_sql(self) -> str:
-        if self.kind == "quantilesDoublesSketch":  # numbers are built from, sketches merged: Druid tells by type
+        if self.kind in _BUILT_BY_PYTHON:  # numbers are built from, sketches merged: Druid tells by type
             field = q(self.spec.field_name)
             return (f"named_struct('value', CAST({field} AS DOUBLE), 'sketch', CASE WHEN CAST({field} AS DOUBLE) "
                     f"IS NULL THEN {self._sketch_bytes()} END)")
         return self._sketch_bytes() if self.takes_sketches else f"CAST({q(self.spec.field_name)} AS STRING)"
 
     def parse_check_sql(self) -> str | None:
-        if self.kind == "quantilesDoublesSketch":
+        if self.kind in _BUILT_BY_PYTHON:
             number = f"CAST({q(self.spec.field_name)} AS DOUBLE)"
             return f"CASE WHEN {number} IS NOT NULL OR {self._sketch_bytes()} IS NOT NULL THEN 0 END"
         return self._sketch_bytes() if self.takes_sketches else None
@@ -211,10 +220,12 @@ class SketchAggregator(Aggregator):
         elif self.kind == "thetaSketch":
             sketch = f"theta_union_agg({value}, {lg})" if sketches else f"theta_sketch_agg({value}, {lg})"
         else:
-            k = self.spec.k  # type: ignore[union-attr]
             values, merged = ("array()", f"collect_list({value})") if combining else (
                 f"collect_list({value}.value)", f"collect_list({value}.sketch)")
-            sketch = f"{QUANTILES_FUNCTION}({values}, {merged}, {k})"
+            spec = self.spec
+            function, size = (TDIGEST_FUNCTION, spec.compression) if isinstance(spec, TDigestSketchAggregatorSpec) \
+                else (QUANTILES_FUNCTION, spec.k)  # type: ignore[union-attr]
+            sketch = f"{function}({values}, {merged}, {size})"
         return f"named_struct('{self.kind}', {sketch}) AS {q(self.name)}"
 
     def row_sql(self, column: str) -> str | None:

@@ -95,7 +95,7 @@ class RowPipeline:
         self.window = window
         self._typed: tuple[DataFrame, DataFrame] | None = None  # (raw records, their typed rows)
         self._columns: _PersistColumns | None = None
-        if any(a.spec.type == "quantilesDoublesSketch" for a in plan.aggregators):
+        if any(a.spec.type in ("quantilesDoublesSketch", "tDigestSketch") for a in plan.aggregators):
             sketch_udfs.register(spark)
 
     def typed_rows(self, raw: DataFrame) -> DataFrame:

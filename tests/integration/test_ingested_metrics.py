@@ -1,6 +1,6 @@
-"""First/last pairs and DataSketches built at ingestion by Spark: rolled up within a persist, merged across persists
-and segments, read back by the DataSketches library and by the broker's SQL; and re-ingested as a re-index reads them
-(pairs as JSON, sketches as Base64), which merges instead of building anew.
+"""First/last pairs, DataSketches and t-digests built at ingestion by Spark: rolled up within a persist, merged
+across persists and segments, read back by the DataSketches library and by the broker's SQL; and re-ingested as a
+re-index reads them (pairs as JSON, sketches as Base64), which merges instead of building anew.
 
 Every sketch here holds fewer values than its exact-mode limit, so estimates are exact counts.
 """
@@ -24,6 +24,7 @@ from sluice.spec.granularity import parse_granularity
 from sluice.task.compact_task import combining_aggregator
 from sluice.task.ingest_plan import compile_plan
 from sluice.task.pipeline import RowPipeline
+from sluice.tdigest import TDIGEST, TDigest
 
 pytestmark = pytest.mark.spark
 
@@ -38,6 +39,7 @@ METRICS = [
     {"type": "thetaSketch", "name": "users_theta", "fieldName": "user"},
     {"type": "hyperUnique", "name": "users_unique", "fieldName": "user"},
     {"type": "quantilesDoublesSketch", "name": "v_quantiles", "fieldName": "v", "k": 64},
+    {"type": "tDigestSketch", "name": "v_digest", "fieldName": "v", "compression": 50},
 ]
 #: two persists of one hour; page a's earliest event is in the second persist, its latest in the first
 FIRST = [
@@ -108,6 +110,10 @@ def test_sketches_hold_every_distinct_value_across_persists(merged):
     assert (quantiles.n, quantiles.k, quantiles.get_min_value(), quantiles.get_max_value()) == (4, 64, 2.0, 9.0)
     # b's second value is not a number: a processedWithError row whose value the sketch does not hold
     assert ds.quantiles_doubles_sketch.deserialize(b["v_quantiles"]["quantilesDoublesSketch"]).n == 1
+    digest = TDigest.deserialize(a["v_digest"][TDIGEST])
+    assert (digest.means, digest.weights, digest.min, digest.max, digest.compression) == (
+        (2.0, 5.0, 7.0, 9.0), (1.0,) * 4, 2.0, 9.0, 50.0)
+    assert TDigest.deserialize(b["v_digest"][TDIGEST]).weights == (1.0,)
 
 
 def test_the_broker_reads_the_ingested_pairs_and_sketches(merged):
@@ -116,8 +122,9 @@ def test_the_broker_reads_the_ingested_pairs_and_sketches(merged):
     result = engine.execute(
         "SELECT page, EARLIEST(first_v), LATEST(last_v), APPROX_COUNT_DISTINCT_DS_HLL(users_hll), "
         "APPROX_COUNT_DISTINCT_DS_THETA(users_theta), APPROX_COUNT_DISTINCT(users_unique), "
-        "APPROX_QUANTILE_DS(v_quantiles, 0.5) FROM events GROUP BY page ORDER BY page", {"events": [str(path)]})
-    assert result.rows == [("a", 2, 9, 3, 3, 3, 7.0), ("b", 1, None, 2, 2, 2, 1.0)]
+        "APPROX_QUANTILE_DS(v_quantiles, 0.5), TDIGEST_QUANTILE(v_digest, 0.5) FROM events GROUP BY page ORDER BY page",
+        {"events": [str(path)]})
+    assert result.rows == [("a", 2, 9, 3, 3, 3, 7.0, 7.0), ("b", 1, None, 2, 2, 2, 1.0, 1.0)]
 
 
 def test_without_rollup_each_row_keeps_its_own_pair_and_sketch(spark, tmp_path):
@@ -149,3 +156,5 @@ def test_a_reindex_reads_pairs_and_sketches_back_and_merges_them(spark, merged, 
         # quantiles sketches merge: every value counted once per re-ingestion
         assert ds.quantiles_doubles_sketch.deserialize(again[page]["v_quantiles"]["quantilesDoublesSketch"]).n == \
             2 * ds.quantiles_doubles_sketch.deserialize(rows[page]["v_quantiles"]["quantilesDoublesSketch"]).n
+        assert sum(TDigest.deserialize(again[page]["v_digest"][TDIGEST]).weights) == \
+            2 * sum(TDigest.deserialize(rows[page]["v_digest"][TDIGEST]).weights)

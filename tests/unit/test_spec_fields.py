@@ -67,7 +67,8 @@ FORMATS = {
 
 #: a section about one aggregator ("## Aggregator `thetaSketch`") walks its fields in a spec whose metric it is
 AGGREGATORS = {kind: {"type": kind, "name": "m", "fieldName": "x"} for kind in (
-    "longFirst", "stringFirst", "HLLSketchBuild", "thetaSketch", "quantilesDoublesSketch", "hyperUnique")}
+    "longFirst", "stringFirst", "HLLSketchBuild", "thetaSketch", "quantilesDoublesSketch", "tDigestSketch",
+    "hyperUnique")}
 
 
 @dataclass(frozen=True)

@@ -208,7 +208,8 @@ def test_earliest_latest_and_sketches_at_ingestion_are_first_last_and_sketch_agg
         "EARLIEST(added) AS first_added, LATEST(page, 64) AS last_page, DS_HLL(page, 14, 'HLL_8') AS pages, "
         "APPROX_COUNT_DISTINCT_DS_HLL(page) AS pages2, APPROX_COUNT_DISTINCT(page) AS pages3, "
         "DS_THETA(page, 1024) AS pages4, APPROX_COUNT_DISTINCT_DS_THETA(UPPER(page)) AS pages5, "
-        f"DS_QUANTILES_SKETCH(added * 2, 64) AS q FROM {EXTERN} GROUP BY 1, 2 PARTITIONED BY DAY",
+        "DS_QUANTILES_SKETCH(added * 2, 64) AS q, TDIGEST_GENERATE_SKETCH(added, 50) AS t, "
+        f"TDIGEST_GENERATE_SKETCH(added) AS t2 FROM {EXTERN} GROUP BY 1, 2 PARTITIONED BY DAY",
         context={"finalizeAggregations": False})["metricsSpec"]
     assert metrics == [
         {"type": "count", "name": "cnt"},
@@ -220,6 +221,8 @@ def test_earliest_latest_and_sketches_at_ingestion_are_first_last_and_sketch_agg
         {"type": "thetaSketch", "name": "pages4", "fieldName": "page", "size": 1024},
         {"type": "thetaSketch", "name": "pages5", "fieldName": "__pages5_input"},
         {"type": "quantilesDoublesSketch", "name": "q", "fieldName": "__q_input", "k": 64},
+        {"type": "tDigestSketch", "name": "t", "fieldName": "added", "compression": 50},
+        {"type": "tDigestSketch", "name": "t2", "fieldName": "added"},
     ]
 
 

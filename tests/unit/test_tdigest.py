@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import struct
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import datasketches as ds
 import duckdb
@@ -16,11 +15,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from sluice.broker import tdigest
+from sluice.broker.broker import Broker
 from sluice.broker.errors import SqlError
-from sluice.broker.sql import translate_query
+from sluice.broker.native import NativeQueryRunner
 from sluice.broker.sketches import HLL
-from sluice.broker.tdigest import TDIGEST, TDigest
+from sluice.broker.sql import translate_query
 from sluice.segment.segment import Interval
+from sluice.tdigest import TDIGEST, TDigest
 from tests.unit.published import broker_over
 
 
@@ -82,9 +83,11 @@ def test_merged_digests_keep_every_weight_and_answer_close_quantiles() -> None:
     assert TDigest.merged([]) == TDigest(100, (), ())
 
 
-def test_sql_over_a_column_of_digests_merges_them(tmp_path: Path) -> None:
-    """A tDigestSketch metric's column ({tDigestSketch: bytes}, as ingestion writes it): TDIGEST_QUANTILE and
-    TDIGEST_GENERATE_SKETCH merge the rows' digests, per group and over segments."""
+@pytest.fixture(scope="module")
+def timings(tmp_path_factory: pytest.TempPathFactory) -> Broker:
+    """A tDigestSketch metric's column ({tDigestSketch: bytes}, as ingestion writes it) over two hourly segments:
+    each hour holds half of each channel's latencies, digested per row."""
+    tmp_path = tmp_path_factory.mktemp("timings")
     day = datetime(2024, 1, 1, tzinfo=UTC)
     latencies = {"#en": np.arange(1, 1001, dtype=np.float64), "#fr": np.arange(1001, 2001, dtype=np.float64)}
     files = []
@@ -99,16 +102,35 @@ def test_sql_over_a_column_of_digests_merges_them(tmp_path: Path) -> None:
             "users": pa.array([{HLL: ds.hll_sketch(12).serialize_compact()}] * 2, pa.struct([(HLL, pa.binary())])),
         }), path)
         files.append((path, Interval(day + timedelta(hours=hour), day + timedelta(hours=hour + 1))))
-    broker = broker_over(tmp_path / "broker", tmp_path, "timings", files, ["channel"],
-                         [{"type": "tDigestSketch", "name": "latency", "fieldName": "latency"},
-                          {"type": "HLLSketchBuild", "name": "users", "fieldName": "users"}])
-    rows = broker.sql("SELECT channel, TDIGEST_QUANTILE(latency, 0.5) AS p50, TDIGEST_GENERATE_SKETCH(latency, 200) "
+    return broker_over(tmp_path / "broker", tmp_path, "timings", files, ["channel"],
+                       [{"type": "tDigestSketch", "name": "latency", "fieldName": "latency"},
+                        {"type": "HLLSketchBuild", "name": "users", "fieldName": "users"}])
+
+
+def test_sql_over_a_column_of_digests_merges_them(timings: Broker) -> None:
+    """TDIGEST_QUANTILE and TDIGEST_GENERATE_SKETCH merge the rows' digests, per group and over segments."""
+    rows = timings.sql("SELECT channel, TDIGEST_QUANTILE(latency, 0.5) AS p50, TDIGEST_GENERATE_SKETCH(latency, 200) "
                       "AS d FROM timings GROUP BY channel ORDER BY channel").rows
     assert [(channel, round(p50)) for channel, p50, _ in rows] == [("#en", 500), ("#fr", 1500)]
     sketches = [TDigest.deserialize(base64.b64decode(d)) for _, _, d in rows]
     assert [(sum(s.weights), s.min, s.max, s.compression) for s in sketches] == [
         (1000, 1.0, 1000.0, 200.0), (1000, 1001.0, 2000.0, 200.0)]
-    [(overall,)] = broker.sql("SELECT TDIGEST_QUANTILE(latency, 0.9) FROM timings").rows
+    [(overall,)] = timings.sql("SELECT TDIGEST_QUANTILE(latency, 0.9) FROM timings").rows
     assert abs(overall - 1800) < 20
     with pytest.raises(SqlError, match="TDIGEST_QUANTILE cannot read column users of type COMPLEX<HLLSketch>"):
-        broker.sql("SELECT TDIGEST_QUANTILE(users, 0.5) FROM timings")
+        timings.sql("SELECT TDIGEST_QUANTILE(users, 0.5) FROM timings")
+
+
+def test_native_tdigest_aggregator_and_quantiles_post_aggregator(timings: Broker) -> None:
+    """The extension's tDigestSketch aggregator answers with the merged digest (Base64), quantilesFromTDigestSketch
+    with the digest's values at the fractions."""
+    [row] = NativeQueryRunner(timings).run({
+        "queryType": "timeseries", "dataSource": "timings", "intervals": ["2024-01-01/2024-01-02"],
+        "granularity": "all",
+        "aggregations": [{"type": "tDigestSketch", "name": "digest", "fieldName": "latency", "compression": 200}],
+        "postAggregations": [{"type": "quantilesFromTDigestSketch", "name": "quantiles",
+                              "field": {"type": "fieldAccess", "fieldName": "digest"}, "fractions": [0, 0.5, 1]}]})
+    digest = TDigest.deserialize(base64.b64decode(row["result"]["digest"]))
+    assert (sum(digest.weights), digest.min, digest.max, digest.compression) == (2000, 1.0, 2000.0, 200.0)
+    low, median, high = row["result"]["quantiles"]
+    assert (low, high) == (1.0, 2000.0) and abs(median - 1000) < 20
