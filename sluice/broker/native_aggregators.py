@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 from functools import reduce
+from typing import Any
 
 from sqlglot import exp
 

@@ -45,8 +45,8 @@ _PAIR_VALUES = {"long": "BIGINT", "double": "DOUBLE", "float": "FLOAT", "string"
 _ARROW_TYPES = {"BIGINT": pa.int64(), "DOUBLE": pa.float64(), "FLOAT": pa.float32(), "STRING": pa.string()}
 #: where a sketch's bytes say its kind, (1-based position, bytes): a DataSketches sketch's family is its third byte
 #: (after the preamble's length and serialization version), a t-digest starts with its encoding, int 1
-_SKETCH_MAGIC = {"HLLSketch": (3, "X'07'"), "thetaSketch": (3, "X'03'"), "quantilesDoublesSketch": (3, "X'08'"),
-                 "tDigestSketch": (1, "X'00000001'")}
+_SKETCH_MAGIC = {"HLLSketch": (3, b"\x07"), "thetaSketch": (3, b"\x03"), "quantilesDoublesSketch": (3, b"\x08"),
+                 "tDigestSketch": (1, b"\x00\x00\x00\x01")}
 #: the Spark functions that build a quantiles sketch and a t-digest (see sketch_udfs) from a group's values, merging
 #: the sketches it holds (persisted, or an input's)
 QUANTILES_FUNCTION, TDIGEST_FUNCTION = "sluice_quantiles_sketch", "sluice_tdigest_sketch"
@@ -159,8 +159,8 @@ class FirstLastAggregator(Aggregator):
 
 @dataclass(frozen=True)
 class SketchAggregator(Aggregator):
-    """A DataSketches sketch, stored as a one-field STRUCT named after Druid's complex type (what the broker reads
-    as a sketch). Spark builds HLL and Theta sketches itself; the quantiles sketch and the t-digest are built by a
+    """A sketch (DataSketches', or a t-digest), stored as a one-field STRUCT named after Druid's complex type (what the
+    broker reads as a sketch). Spark builds HLL and Theta sketches itself; the quantiles sketch and the t-digest are built by a
     Python function over the group's values. An input that is a sketch (Base64, as Druid writes one in JSON) is
     merged."""
 
@@ -189,8 +189,7 @@ class SketchAggregator(Aggregator):
         """The input field's Base64 decoded, NULL unless it is a sketch of this kind."""
         decoded = f"try_to_binary({q(self.spec.field_name)}, 'base64')"
         position, magic = _SKETCH_MAGIC[self.kind]
-        length = (len(magic) - 3) // 2
-        return f"CASE WHEN substring({decoded}, {position}, {length}) = {magic} THEN {decoded} END"
+        return f"CASE WHEN substring({decoded}, {position}, {len(magic)}) = X'{magic.hex()}' THEN {decoded} END"
 
     def input_sql(self) -> str:
         if self.kind in _BUILT_BY_PYTHON:  # numbers are built from, sketches merged: Druid tells by type
