@@ -69,6 +69,8 @@ def _aggregate_function(spec: q.Aggregator, columns: Columns,
                 raise SpecError(f"aggregations.{spec.name}", str(e)) from None
         else:
             source = columns.sql(spec.field_name or "", null_type="DOUBLE")
+            if spec.type.endswith("Any") and is_pair(_complex_type(columns, spec.field_name or "")):
+                return druid_function("ANY_VALUE", source), unchanged  # a pair's value, as stringAny reads one
         if not spec.type.startswith("long"):
             source = exp.TryCast(this=source, to=exp.DataType.build("DOUBLE"))
         elif spec.expression is None and columns.sql_type(spec.field_name or "") in ("DOUBLE", "FLOAT", "REAL"):

@@ -253,6 +253,20 @@ def test_first_last_aggregators_read_the_pairs(broker: Broker) -> None:
            "page_first": "Main"}
 
 
+def test_any_aggregators_read_a_pairs_value(broker: Broker) -> None:
+    """longAny, doubleAny and stringAny over first/last pair columns answer with one row's value, of the value's type."""
+    result = _totals(broker, [{"type": "longAny", "name": "added", "fieldName": "added_first"},
+                              {"type": "doubleAny", "name": "latency", "fieldName": "latency_first"},
+                              {"type": "stringAny", "name": "page", "fieldName": "page_first"}])
+    rows: dict[tuple[int, str], list[tuple]] = {}
+    for event in EVENTS:
+        rows.setdefault((event[0] // 60, event[1]), []).append(event)
+    firsts = [events[0] for events in rows.values()]  # what each rolled-up row's first pair holds
+    assert isinstance(result["added"], int) and result["added"] in {e[3] for e in firsts}
+    assert isinstance(result["latency"], float) and result["latency"] in {e[4] for e in firsts}
+    assert result["page"] in {e[5] for e in firsts}
+
+
 def test_sketch_aggregators_merge_across_segments_and_finalize_as_druid_does(broker: Broker) -> None:
     assert _totals(broker, [
         {"type": "HLLSketchMerge", "name": "users", "fieldName": "users"},
