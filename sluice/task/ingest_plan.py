@@ -51,7 +51,7 @@ _SKETCH_MAGIC = {"HLLSketch": (3, b"\x07"), "thetaSketch": (3, b"\x03"), "quanti
 #: the sketches it holds (persisted, or an input's)
 QUANTILES_FUNCTION, TDIGEST_FUNCTION = "sluice_quantiles_sketch", "sluice_tdigest_sketch"
 #: the sketches built so, from numbers: an input that is not a number may be such a sketch, merged
-_BUILT_BY_PYTHON = ("quantilesDoublesSketch", "tDigestSketch")
+BUILT_BY_PYTHON = ("quantilesDoublesSketch", "tDigestSketch")
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,7 @@ class SketchAggregator(Aggregator):
 
     @property
     def kind(self) -> str:
-        return self.spec.type if self.spec.type in ("thetaSketch", *_BUILT_BY_PYTHON) else "HLLSketch"
+        return self.spec.type if self.spec.type in ("thetaSketch", *BUILT_BY_PYTHON) else "HLLSketch"
 
     @property
     def sql_type(self) -> str:
@@ -192,14 +192,14 @@ class SketchAggregator(Aggregator):
         return f"CASE WHEN substring({decoded}, {position}, {len(magic)}) = X'{magic.hex()}' THEN {decoded} END"
 
     def input_sql(self) -> str:
-        if self.kind in _BUILT_BY_PYTHON:  # numbers are built from, sketches merged: Druid tells by type
+        if self.kind in BUILT_BY_PYTHON:  # numbers are built from, sketches merged: Druid tells by type
             field = q(self.spec.field_name)
             return (f"named_struct('value', CAST({field} AS DOUBLE), 'sketch', CASE WHEN CAST({field} AS DOUBLE) "
                     f"IS NULL THEN {self._sketch_bytes()} END)")
         return self._sketch_bytes() if self.takes_sketches else f"CAST({q(self.spec.field_name)} AS STRING)"
 
     def parse_check_sql(self) -> str | None:
-        if self.kind in _BUILT_BY_PYTHON:
+        if self.kind in BUILT_BY_PYTHON:
             number = f"CAST({q(self.spec.field_name)} AS DOUBLE)"
             return f"CASE WHEN {number} IS NOT NULL OR {self._sketch_bytes()} IS NOT NULL THEN 0 END"
         return self._sketch_bytes() if self.takes_sketches else None

@@ -26,6 +26,7 @@ from sluice.spec.expressions import quote_identifier
 from sluice.spec.granularity import Granularity
 from sluice.task import persists, sketch_udfs
 from sluice.task.ingest_plan import (
+    BUILT_BY_PYTHON,
     DISCOVERED,
     FIELDS_MAP,
     IS_MULTI_VALUE_SQL,
@@ -95,7 +96,7 @@ class RowPipeline:
         self.window = window
         self._typed: tuple[DataFrame, DataFrame] | None = None  # (raw records, their typed rows)
         self._columns: _PersistColumns | None = None
-        if any(a.spec.type in ("quantilesDoublesSketch", "tDigestSketch") for a in plan.aggregators):
+        if any(a.spec.type in BUILT_BY_PYTHON for a in plan.aggregators):
             sketch_udfs.register(spark)
 
     def typed_rows(self, raw: DataFrame) -> DataFrame:
