@@ -44,11 +44,13 @@ from sluice.broker.lookups import relation
 from sluice.broker import bloom, python_functions, sketches, tdigest
 from sluice.broker.complex_types import COMPLEX_KINDS, arrow_complex_type, complex_type
 from sluice.broker.multi_value import JOIN_UNSUPPORTED, MULTI_VALUE, is_output, row_value
+from sluice.broker.nested_fields import NESTED_FIELD, field_column, indexed_fields, view_fields
 from sluice.broker.sketches import to_base64
 from sluice.broker.sql import DUCKDB_SETTINGS, TIME_COLUMN, Translation, translate_query
 from sluice.broker.system_tables import SystemTable
 from sluice.lookups.references import LookupExtractor, LookupLoadError
 from sluice.segment.columns import is_multi_value
+from sluice.segment.nested import JSON_FIELD, is_json_column
 from sluice.segment.segment import Interval
 
 
@@ -356,7 +358,8 @@ def _view_sql(name: str, files: Sequence[SegmentFile]) -> str:
         as_text = file.multi_values if isinstance(file, RealtimeFile) else ()
         groups.setdefault((file_schema(_path(file)), intervals, as_text), []).append(_path(file))
     multi_value = multi_value_columns(files)
-    scans = [_scan(schema, paths, intervals, multi_value, as_text)
+    fields = indexed_fields(file_schema(_path(file)) for file in files)
+    scans = [_scan(schema, paths, intervals, multi_value, fields, as_text)
              for (schema, intervals, as_text), paths in groups.items()]
     query = scans[0]
     for scan in scans[1:]:
@@ -366,10 +369,11 @@ def _view_sql(name: str, files: Sequence[SegmentFile]) -> str:
 
 
 def _scan(schema: pa.Schema, files: list[str], intervals: tuple[Interval, ...], multi_value: Collection[str],
-          as_text: Collection[str] = ()) -> exp.Select:
-    """The files' rows (only those within `intervals`, unless empty) with `__time` as a TIMESTAMP, and the
-    `multi_value` columns these files hold as plain strings as lists: a value v as [v], null as null, and the JSON
-    array text of a row of several values in an `as_text` column as their list."""
+          fields: Mapping[str, Collection[str]], as_text: Collection[str] = ()) -> exp.Select:
+    """The files' rows (only those within `intervals`, unless empty) with `__time` as a TIMESTAMP, the
+    `multi_value` columns these files hold as plain strings as lists (a value v as [v], null as null, and the JSON
+    array text of a row of several values in an `as_text` column as their list), and the view's field columns of
+    json dimensions (`fields`: the path keys by dimension, nested_fields.py)."""
     scan = exp.ReadParquet(expressions=[exp.array(*(exp.Literal.string(path) for path in files))])
     replaced: list[exp.Expr] = []
     time_type = schema.field(TIME_COLUMN).type if TIME_COLUMN in schema.names else None
@@ -379,9 +383,9 @@ def _scan(schema: pa.Schema, files: list[str], intervals: tuple[Interval, ...], 
         micros = exp.Anonymous(this="EPOCH_US", expressions=[exp.column(TIME_COLUMN)])
         replaced.append(exp.alias_(exp.Anonymous(this="MAKE_TIMESTAMP", expressions=[micros]), TIME_COLUMN))
     for field in schema:  # a json dimension is stored as the one-field struct {json: text}: read as JSON
-        if pa.types.is_struct(field.type) and [f.name for f in field.type] == ["json"]:
+        if is_json_column(field.type):
             text = exp.Anonymous(this="STRUCT_EXTRACT", expressions=[exp.column(field.name, quoted=True),
-                                                                    exp.Literal.string("json")])
+                                                                    exp.Literal.string(JSON_FIELD)])
             replaced.append(exp.alias_(exp.cast(text, exp.DataType.build("JSON", dialect="duckdb")), field.name,
                                        quoted=True))
         elif field.name in multi_value and not is_multi_value(field.type):  # a plain string of an older segment
@@ -391,7 +395,8 @@ def _scan(schema: pa.Schema, files: list[str], intervals: tuple[Interval, ...], 
             if field.name in as_text:  # as the merge at publish reads it (ingest_plan.MULTI_VALUE_SQL)
                 ifs.insert(0, exp.If(this=_json_array(value), true=_string_list(value)))
             replaced.append(exp.alias_(exp.Case(ifs=ifs), field.name, quoted=True))
-    select = exp.select(exp.Star(replace=replaced) if replaced else exp.Star()).from_(exp.Table(this=scan))
+    select = exp.select(exp.Star(replace=replaced) if replaced else exp.Star(), *view_fields(schema, fields)).from_(
+        exp.Table(this=scan))
     return select.where(_within(intervals, zoned)) if intervals else select
 
 
@@ -448,7 +453,9 @@ def complex_columns(files: Sequence[SegmentFile]) -> dict[str, str]:
     each column that one of them holds as a multi-value string, by column name."""
     kinds = {name: kind for name, arrow_type in table_columns(files)
              if (kind := arrow_complex_type(arrow_type)) is not None}
-    return kinds | dict.fromkeys(multi_value_columns(files), MULTI_VALUE)
+    fields = indexed_fields(file_schema(_path(file)) for file in files)
+    return kinds | dict.fromkeys(multi_value_columns(files), MULTI_VALUE) | {
+        field_column(dimension, key): NESTED_FIELD for dimension, keys in fields.items() for key in keys}
 
 
 def multi_value_columns(files: Sequence[SegmentFile]) -> set[str]:

@@ -17,6 +17,7 @@ from sqlglot import exp
 
 from sluice.broker.calls import Call, DruidFunction, template
 from sluice.broker.errors import SqlError
+from sluice.segment.nested import path_key
 
 # ------------------------------------------------------------------------------------------------------- JSONPath
 
@@ -94,18 +95,12 @@ def parse_path(path: str, function: str) -> list[str | int]:
     return parts
 
 
-def _duckdb_path(parts: list[str | int]) -> str:
-    """The same path in DuckDB's syntax: every name quoted, so that no character of it means anything there."""
-    return "$" + "".join(f"[{p}]" if isinstance(p, int) else '."' + p.replace("\\", "\\\\").replace('"', '\\"') + '"'
-                         for p in parts)
-
-
 def _path_argument(value: exp.Expr | None, function: str) -> exp.Expr:
     """A path argument (a string literal, as Druid requires) as a DuckDB path literal."""
     if not (isinstance(value, exp.Literal) and value.is_string):
         shown = "nothing" if value is None else value.sql(dialect="druid")
         raise SqlError(f"{function} needs the path as a string literal, got {shown}")
-    return exp.Literal.string(_duckdb_path(parse_path(value.name, function)))
+    return exp.Literal.string(path_key(parse_path(value.name, function)))
 
 
 def _at_path(call: Call) -> exp.Expr:
@@ -126,6 +121,7 @@ _AS_VARCHAR = "CASE WHEN JSON_TYPE(v) NOT IN ('OBJECT', 'ARRAY') THEN JSON_EXTRA
 #: JSON_VALUE(payload, '$.device') = 'phone' parses each document once instead of twice (about 2x faster)
 _SCALAR_AS_VARCHAR = "JSON_EXTRACT_STRING(v, '$')"
 
+_VARCHAR = exp.DataType.build("VARCHAR")
 _INTEGERS = {exp.DType.BIGINT, exp.DType.INT, exp.DType.SMALLINT, exp.DType.TINYINT}
 _REALS = {exp.DType.DOUBLE, exp.DType.DECIMAL, exp.DType.FLOAT}
 _TEXTS = {exp.DType.VARCHAR, exp.DType.CHAR, exp.DType.TEXT, exp.DType.NVARCHAR, exp.DType.NCHAR}
@@ -153,12 +149,17 @@ def _primitive_array(value: exp.Expr) -> exp.Expr:
                     " LAMBDA e: JSON_TYPE(e) IN ('OBJECT', 'ARRAY'))) = 0", v=value)
 
 
+def json_value_text(document: exp.Expr, path: exp.Expr) -> exp.Expr:
+    """JSON_VALUE(document, path) RETURNING VARCHAR, `path` in DuckDB's syntax."""
+    return _primitive(template("CAST(JSON_VALUE(d, p) AS JSON)", d=document, p=path), _VARCHAR, scalar=True)
+
+
 def _json_value(node: exp.JSONValue) -> exp.Expr:
     """JSON_VALUE(expr, path [RETURNING type]): the primitive at the path, VARCHAR without RETURNING; NULL where the
     path holds an object, an array or nothing. RETURNING an ARRAY type returns an array of primitives as one, and a
     lone primitive as an array of one."""
     document, path = node.this, _path_argument(node.args.get("path"), "JSON_VALUE")
-    returning = node.args.get("returning") or exp.DataType.build("VARCHAR")
+    returning = node.args.get("returning") or _VARCHAR
     if not returning.is_type(exp.DType.ARRAY):  # DuckDB's JSON_VALUE: the primitive's JSON text, NULL for an object
         return _primitive(template("CAST(JSON_VALUE(d, p) AS JSON)", d=document, p=path), returning, scalar=True)
     at = template("JSON_EXTRACT(d, p)", d=document, p=path)

@@ -35,6 +35,7 @@ from sluice.broker.functions import TIME_COLUMN, DruidDialect, Session, Zone, is
 from sluice.broker.intervals import table_intervals, unite
 from sluice.broker.lookups import LOOKUP_SCHEMA, from_lookup_schema, read_lookups
 from sluice.broker.multi_value import MULTI_VALUE, rewrite_multi_value
+from sluice.broker.nested_fields import NESTED_FIELD, read_field_columns
 from sluice.broker.lookup_groups import group_lookup_keys_first
 from sluice.broker.windows import rewrite_windows
 from sluice.broker.scalar_functions import constant_pi, unsupported_reason
@@ -101,8 +102,9 @@ class Translation:
 
 
 #: The Druid complex type (serializablePairLongLong, HLLSketch…) of each complex column of a data source, and
-#: MULTI_VALUE for each multi-value string column, by column name, as the files a query reads of it hold them: the
-#: files over the given intervals of `__time`.
+#: MULTI_VALUE for each multi-value string column, NESTED_FIELD for each field column of a json dimension in its
+#: view (nested_fields.py), by column name, as the files a query reads of it hold them: the files over the given
+#: intervals of `__time`.
 ComplexColumns = Callable[[str, list[Interval]], Mapping[str, str]]
 _PYTHON_FUNCTIONS = sketches.FUNCTIONS | bloom.FUNCTIONS | tdigest.FUNCTIONS | python_functions.FUNCTIONS
 
@@ -138,8 +140,11 @@ def translate_query(sql: str, tables: Collection[str], context: Mapping[str, Any
     united = {source: unite(found) for source, found in sorted(intervals.items())}
     if complex_columns is not None:
         kinds = {source: complex_columns(source, found) for source, found in united.items()}
-        mark_complex_columns(statement, {source: {name: kind for name, kind in columns.items() if kind != MULTI_VALUE}
+        mark_complex_columns(statement, {source: {name: kind for name, kind in columns.items()
+                                                  if kind not in (MULTI_VALUE, NESTED_FIELD)}
                                          for source, columns in kinds.items()})
+        read_field_columns(statement, {source: [name for name, kind in columns.items() if kind == NESTED_FIELD]
+                                       for source, columns in kinds.items()})
         rewrite_multi_value(statement, {source: [name for name, kind in columns.items() if kind == MULTI_VALUE]
                                         for source, columns in kinds.items()}, query_context.multi_value_unnesting)
     constant_pi(statement)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from sluice.segment.nested import is_json_column
+
 
 def parquet_column_types(schema: pa.Schema) -> dict[str, str]:
     """A segment file's columns as Druid's dimension types: integers long, 32-bit floats float, other floating
@@ -17,7 +19,7 @@ def parquet_column_types(schema: pa.Schema) -> dict[str, str]:
             types[field.name] = "float"
         elif pa.types.is_floating(field.type):
             types[field.name] = "double"
-        elif pa.types.is_struct(field.type) and [f.name for f in field.type] == ["json"]:
+        elif is_json_column(field.type):
             types[field.name] = "json"
         else:
             types[field.name] = "string"

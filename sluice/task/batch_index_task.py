@@ -35,6 +35,7 @@ from sluice.connectors.coordination import ReadProgress
 from sluice.emitter import metrics
 from sluice.lookups.coordinator import read_lookups
 from sluice.lookups.references import LookupReferences
+from sluice.segment.nested import JSON_FIELD
 from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
 from sluice.spec.batch import BATCH_PRIORITY, BatchTaskPayload, DynamicPartitionsSpec, IngestionMode, parse_batch_task
 from sluice.spec.errors import SpecError
@@ -43,7 +44,7 @@ from sluice.spec.granularity import Granularity
 from sluice.spec.input_format import JsonInputFormat
 from sluice.spec.input_source import system_fields_of
 from sluice.task import actions
-from sluice.task.ingest_plan import JSON_FIELD, TIME, IngestPlan, IntervalsWindow, compile_plan
+from sluice.task.ingest_plan import TIME, IngestPlan, IntervalsWindow, compile_plan
 from sluice.task.meters import BUILD_SEGMENTS, SavedParseExceptions, ingestion_metrics
 from sluice.task.stats import RowStats
 from sluice.task.task import PayloadTaskSpec, TaskFailure, TaskStatus, random_id_part, run_to_status, write_task_file

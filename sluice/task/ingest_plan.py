@@ -30,6 +30,7 @@ from sluice.spec.expressions import CompiledExpression, Lookups, compile_express
 from sluice.spec.expressions import quote_identifier as q
 from sluice.spec.expressions import string_literal
 from sluice.spec.input_format import FlattenSpec
+from sluice.segment.nested import JSON_FIELD
 from sluice.timestamps import to_millis
 
 #: raw JSON text that Spark could not parse lands in this column (from_json's corrupt-record option)
@@ -447,11 +448,6 @@ IS_MULTI_VALUE_SQL = "startswith({c}, '[') AND from_json({c}, 'array<string>') I
 #: a multi-value dimension's segment column, a list of strings, from its typed value
 MULTI_VALUE_SQL = ("CASE WHEN startswith({c}, '[') THEN coalesce(from_json({c}, 'array<string>'), array({c})) "
                    "WHEN {c} IS NOT NULL THEN array({c}) END")
-
-
-#: a json dimension's column: Druid's nested column as a one-field struct of its JSON text, which the broker reads as
-#: JSON (a plain string column would be a string dimension)
-JSON_FIELD = "json"
 
 
 def json_sql(raw: str) -> str:

@@ -20,8 +20,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from sluice.connectors.records import ERROR, LOCATOR, system_field_sql
+from sluice.segment.nested import FIELD_TYPES, JSON_FIELD, path_key, typed_paths
 from sluice.spec.expressions import quote_identifier
 from sluice.spec.granularity import Granularity
 from sluice.task import persists, sketch_udfs
@@ -196,15 +198,17 @@ class RowPipeline:
         c = self._persist_columns()
         kept = rows.where(c.kept).withColumn(TIME, c.granular_time).withColumn(
             "__bucket", _bucket_millis(segment_granularity))
-        _write_buckets(self._aggregated(kept, True, "__bucket").repartition("__bucket"), max_rows_per_segment,
-                       staging_dir)
+        aggregated = self._aggregated(kept, True, "__bucket")
+        _write_buckets(aggregated.repartition("__bucket"), max_rows_per_segment, staging_dir)
         result = self._persist_result(observation)
-        if result.multi_values:  # known once the rows are read: the files are written again, the values as lists
-            lists = staging_dir.with_name(f"{staging_dir.name}-lists")
+        # known once the rows are read: which columns hold several values, which paths of a json column hold strings
+        # and longs; the files are written again (reading the source again could read other records)
+        if result.multi_values or _json_columns(aggregated):
+            final = staging_dir.with_name(f"{staging_dir.name}-final")
             rows = _as_lists(self.spark.read.parquet(str(staging_dir)), result.multi_values)
-            _write_buckets(rows.repartition("__bucket"), max_rows_per_segment, lists)
+            _write_buckets(with_field_columns(rows).repartition("__bucket"), max_rows_per_segment, final)
             shutil.rmtree(staging_dir)
-            lists.rename(staging_dir)
+            final.rename(staging_dir)
         return result, _segment_files(staging_dir)
 
     def _observed(self, raw: DataFrame, count_keys: bool) -> tuple[DataFrame, Observation]:
@@ -274,7 +278,8 @@ class RowPipeline:
               staging_dir: Path) -> list[SegmentFile]:
         """Combine the persists (rolled-up rows merge again) into files of at most maxRowsPerSegment rows,
         one or more per segmentGranularity bucket."""
-        _write_buckets(self.merged_rows(persist_dirs, segment_granularity), max_rows_per_segment, staging_dir)
+        _write_buckets(with_field_columns(self.merged_rows(persist_dirs, segment_granularity)), max_rows_per_segment,
+                       staging_dir)
         return _segment_files(staging_dir)
 
     def merged_rows(self, persist_dirs: list[Path], segment_granularity: Granularity) -> DataFrame:
@@ -403,6 +408,37 @@ def _write_buckets(rows: DataFrame, max_rows_per_segment: int, staging_dir: Path
     """One directory per `__bucket`, files of at most maxRowsPerSegment rows sorted by time: the segments."""
     (rows.sortWithinPartitions("__bucket", TIME).write.mode("overwrite")
      .option("maxRecordsPerFile", max_rows_per_segment).partitionBy("__bucket").parquet(str(staging_dir)))
+
+
+def with_field_columns(rows: DataFrame) -> DataFrame:
+    """The json dimensions of `rows` in Druid's nested-column layout (segment/nested.py): beside each one's text, a
+    field column per path that holds a string or a long in every row, the paths found by one Spark job (so `rows`
+    must be read again: from files, not from a source)."""
+    columns = _json_columns(rows)
+    if not columns:
+        return rows
+    texts = {name: f"{quote_identifier(name)}.{JSON_FIELD}" for name in columns}
+    objects = "schema_of_variant_agg(try_parse_json({t})) FILTER (WHERE startswith({t}, '{{'))"
+    schemas = rows.select(*(F.expr(objects.format(t=text)) for text in texts.values())).first()
+    typed = {}
+    for (name, text), schema in zip(texts.items(), schemas):
+        fields = [f"'{path_key(parts)}', variant_get(try_parse_json({text}), '{_variant_path(parts)}', "
+                  f"'{FIELD_TYPES[kind]}')" for parts, kind in typed_paths(schema or "")]
+        if fields:
+            typed[name] = F.expr(f"CASE WHEN {text} IS NOT NULL THEN named_struct('{JSON_FIELD}', {text}, "
+                                 f"{', '.join(fields)}) END")
+    return rows.withColumns(typed)
+
+
+def _json_columns(rows: DataFrame) -> list[str]:
+    """The json dimensions of `rows` not yet in the nested layout: a struct of their text alone."""
+    return [field.name for field in rows.schema.fields
+            if isinstance(field.dataType, StructType) and field.dataType.fieldNames() == [JSON_FIELD]]
+
+
+def _variant_path(parts: list[str]) -> str:
+    """Spark's variant path to a field (names never hold a quote: typed_paths leaves those out)."""
+    return "$" + "".join(f'["{part}"]' for part in parts)
 
 
 def _segment_files(staging_dir: Path) -> list[SegmentFile]:

@@ -90,7 +90,8 @@ def test_schema_discovery_types_a_column_long_or_double_when_every_value_is_one(
     assert types["size"] == "int64" and types["ratio"] == "double"
     assert types["code"] == "string"  # x9 is not a number
     assert types["device"] == "string" and types["page"] == "string"
-    assert types["nested"] == "struct<json: string>"  # a json column, as Druid's auto indexer makes one
+    # a json column, as Druid's auto indexer makes one: its text, and a field column for the long at $.x
+    assert types["nested"] == 'struct<json: string, $."x": int64>'
     assert sum(r["rows"] for r in rows_of(file)) == 5
 
 
@@ -99,8 +100,8 @@ def test_an_auto_dimension_is_typed_by_its_values_at_publish(spark, tmp_path):
     file = merged(spark, tmp_path, {"dimensions": ["page", *auto]})
     types = {f.name: str(f.type) for f in file.schema_arrow}
     assert (types["size"], types["ratio"], types["code"], types["nested"], types["device"]) == (
-        "int64", "double", "string", "struct<json: string>", "string")
-    assert {r["nested"]["json"] for r in rows_of(file) if r["nested"]} == {'{"x":1}'}
+        "int64", "double", "string", 'struct<json: string, $."x": int64>', "string")
+    assert [r["nested"] for r in rows_of(file) if r["nested"]] == [{"json": '{"x":1}', '$."x"': 1}]
 
 
 def test_include_all_dimensions_keeps_the_listed_ones_first_and_a_transform_changes_a_discovered_value(
@@ -136,7 +137,7 @@ def test_a_batch_task_publishes_the_discovered_dimensions_and_sql_reads_them(htt
 
 def test_a_json_dimension_is_queried_with_druids_json_functions(http):
     """Druid's nested column (`"type": "json"`): objects, arrays, numbers and strings kept as JSON, grouped on, and
-    read by JSON_VALUE / JSON_QUERY in SQL; a compaction keeps the column json."""
+    read by JSON_VALUE / JSON_QUERY in SQL; a compaction keeps the column json, and its field columns."""
     events = [{"ts": "2024-05-02T01:00:00Z", "channel": "#a", "payload": {"user": {"name": "ann", "age": 31}}},
               {"ts": "2024-05-02T02:00:00Z", "channel": "#a", "payload": {"user": {"name": "bob"}, "tags": [1, 2]}},
               {"ts": "2024-05-02T03:00:00Z", "channel": "#b", "payload": "plain"},
@@ -156,5 +157,10 @@ def test_a_json_dimension_is_queried_with_druids_json_functions(http):
     types = sql(http, "SELECT DATA_TYPE FROM INFORMATION_SCHEMA.COLUMNS WHERE TABLE_NAME = 'nested' AND "
                       "COLUMN_NAME = 'payload'")
     assert types == [{"DATA_TYPE": "COMPLEX<json>"}]
+    # the segment holds a field column per string or long path (nested_fields.py): filters read it, `*` hides it
+    bob = "SELECT channel, SUM(\"count\") AS n FROM nested WHERE JSON_VALUE(payload, '$.user.name') = 'bob' GROUP BY 1"
+    assert sql(http, bob) == [{"channel": "#a", "n": 1}]
+    assert list(sql(http, "SELECT * FROM nested ORDER BY __time LIMIT 1")[0]) == ["__time", "channel", "payload",
+                                                                                    "count", "added", "deleted"]
     run(http, {"type": "compact", "dataSource": "nested", "interval": "2024-05-02/2024-05-03"})
-    assert sql(http, query) == expected
+    assert sql(http, query) == expected and sql(http, bob) == [{"channel": "#a", "n": 1}]

@@ -27,6 +27,8 @@ from decimal import Decimal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sluice.segment.nested import is_json_column
+
 _MILLIS_PER_DAY = 86_400_000
 _PER_MILLI = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}
 
@@ -60,7 +62,7 @@ def stringify(array: pa.Array | pa.ChunkedArray, binary_as_string: bool = False)
     if pa.types.is_struct(t) and t.num_fields == 1 and pa.types.is_binary(t.field(0).type):
         # a sketch as segments store one (a struct named after its kind): Base64, as Druid writes a sketch in JSON
         return _binary_text(pc.struct_field(array, [0]), False)
-    if pa.types.is_struct(t) and t.num_fields == 1 and t.field(0).name == "json" and pa.types.is_string(t.field(0).type):
+    if is_json_column(t):
         return pc.struct_field(array, [0])  # a json dimension as segments store one: its JSON text
     if pa.types.is_nested(t):
         ready = _json_ready(array, binary_as_string).to_pylist(maps_as_pydicts="lossy")
