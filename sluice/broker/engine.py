@@ -49,7 +49,7 @@ from sluice.broker.sketches import to_base64
 from sluice.broker.sql import DUCKDB_SETTINGS, TIME_COLUMN, Translation, translate_query
 from sluice.broker.system_tables import SystemTable
 from sluice.lookups.references import LookupExtractor, LookupLoadError
-from sluice.segment.columns import is_multi_value
+from sluice.segment.columns import ARRAY_FIELD, is_multi_value, is_string_array
 from sluice.segment.nested import JSON_FIELD, is_json_column
 from sluice.segment.segment import Interval
 
@@ -388,6 +388,9 @@ def _scan(schema: pa.Schema, files: list[str], intervals: tuple[Interval, ...], 
                                                                     exp.Literal.string(JSON_FIELD)])
             replaced.append(exp.alias_(exp.cast(text, exp.DataType.build("JSON", dialect="duckdb")), field.name,
                                        quoted=True))
+        elif is_string_array(field.type):  # an ARRAY<STRING>, stored in a struct not to be read as multi-value
+            replaced.append(exp.alias_(exp.Anonymous(this="STRUCT_EXTRACT", expressions=[
+                exp.column(field.name, quoted=True), exp.Literal.string(ARRAY_FIELD)]), field.name, quoted=True))
         elif field.name in multi_value and not is_multi_value(field.type):  # a plain string of an older segment
             value = exp.column(field.name, quoted=True)
             present = exp.Not(this=exp.Is(this=value, expression=exp.null()))

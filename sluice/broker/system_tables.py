@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from sluice.broker.complex_types import arrow_complex_type
 from sluice.metadata.store import TaskRecord
-from sluice.segment.columns import is_multi_value
+from sluice.segment.columns import is_multi_value, is_string_array
 from sluice.segment.segment import DataSegment, Interval, SegmentId
 from sluice.timestamps import format_timestamp
 
@@ -174,6 +174,8 @@ def sql_type(arrow_type: pa.DataType) -> str:
         return "VARCHAR"
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
         return f"{sql_type(arrow_type.value_type)} ARRAY"
+    if is_string_array(arrow_type):
+        return "VARCHAR ARRAY"
     kind = arrow_complex_type(arrow_type)  # a first/last pair or a sketch
     return f"COMPLEX<{kind or 'json'}>"
 

@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from sluice.connectors.records import ERROR, LOCATOR, system_field_sql
+from sluice.segment.columns import ARRAY_FIELD
 from sluice.segment.nested import FIELD_TYPES, JSON_FIELD, path_key, typed_paths
 from sluice.spec.expressions import quote_identifier
 from sluice.spec.granularity import Granularity
@@ -188,9 +189,9 @@ class RowPipeline:
         where a streaming task persists many reads and merges them at publish. The rollup is a `groupBy` with a
         partial aggregation before its shuffle, as a hand-written job's; its (fewer) rows are then shuffled by
         bucket, so each bucket is written by one Spark task into the files the merge would write: one per bucket,
-        more where one would exceed maxRowsPerSegment. Discovered dimensions take a persist and its merge instead:
-        their names are known only once the rows are read."""
-        if self.plan.discovery:
+        more where one would exceed maxRowsPerSegment. Discovered and `auto` dimensions take a persist and its merge
+        instead: their names and types are known only once the rows are read."""
+        if self.plan.discovery or self.plan.auto_dimensions:
             persist_dir = staging_dir.with_name(f"{staging_dir.name}-persist")
             result = self.persist(raw, persist_dir)
             return result, self.merge([persist_dir], segment_granularity, max_rows_per_segment, staging_dir)
@@ -362,24 +363,53 @@ def _drawn_out(rows: DataFrame, keys: int, multi_values: bool) -> tuple[DataFram
     return drawn_out, tuple(name for name, several in names if several)
 
 
+#: a text column's value as an array of JSON values (null unless it is a JSON array), and its elements' types
+_ARRAY = "try_variant_get(try_parse_json({c}), '$', 'array<variant>')"
+_ELEMENTS_ARE = "forall({a}, e -> schema_of_variant(e) IN ({kinds}){more})"
+_LONG, _NUMBER = "{c} RLIKE '^-?[0-9]{{1,18}}$'", "TRY_CAST({c} AS DOUBLE) IS NOT NULL"
+#: Druid's `auto` types in the order they are tried, and the test that a column's values all fit one
+_AUTO_TYPES = {
+    "BIGINT": f"count({{c}}) > 0 AND bool_and({{c}} IS NULL OR {_LONG})",
+    "DOUBLE": f"count({{c}}) > 0 AND bool_and({{c}} IS NULL OR {_NUMBER})",
+    "JSON": "coalesce(bool_or({c} LIKE '{{%' AND try_parse_json({c}) IS NOT NULL)"
+            " OR bool_or(exists({a}, e -> schema_of_variant(e) LIKE 'OBJECT%' OR schema_of_variant(e) LIKE 'ARRAY%'))"
+            ", FALSE)",
+    "ARRAY<BIGINT>": "bool_or({a} IS NOT NULL) AND bool_and("
+                     + _ELEMENTS_ARE.format(a="{a}", kinds="'BIGINT', 'VOID'", more="")
+                     + f" OR {{a}} IS NULL AND ({{c}} IS NULL OR {_LONG}))",
+    "ARRAY<DOUBLE>": "bool_or({a} IS NOT NULL) AND bool_and("
+                     + _ELEMENTS_ARE.format(a="{a}", kinds="'BIGINT', 'DOUBLE', 'FLOAT', 'VOID'",
+                                            more=" OR schema_of_variant(e) LIKE 'DECIMAL%'")
+                     + f" OR {{a}} IS NULL AND ({{c}} IS NULL OR {_NUMBER}))",
+    "ARRAY<STRING>": "coalesce(bool_or({a} IS NOT NULL), FALSE)",
+}
+
+
 def _inferred_types(rows: DataFrame, columns: list[str]) -> DataFrame:
     """Druid's `auto` typing of text columns, from their values (one Spark job): the least restrictive type that
-    holds every value (long, then double, then string), and json as soon as one value is a JSON object or array.
-    A column without a value stays string."""
-    tests = {
-        "BIGINT": "count({c}) > 0 AND bool_and({c} IS NULL OR {c} RLIKE '^-?[0-9]{{1,18}}$')",
-        "DOUBLE": "count({c}) > 0 AND bool_and({c} IS NULL OR TRY_CAST({c} AS DOUBLE) IS NOT NULL)",
-        "JSON": "coalesce(bool_or(({c} LIKE '{{%' OR {c} LIKE '[%') AND try_parse_json({c}) IS NOT NULL), FALSE)",
-    }
-    checks = [(name, kind, F.expr(test.format(c=quote_identifier(name)))) for name in columns
-              for kind, test in tests.items()]
+    holds every value (long, then double, then string); json as soon as one value is a JSON object or an array
+    holding one; else, when a value is a JSON array, an array of the least restrictive type of the elements and the
+    other values (a value that is not an array is an array of one). A column without a value stays string."""
+    def sql(template: str, name: str) -> str:
+        c = quote_identifier(name)
+        return template.format(c=c, a=_ARRAY.format(c=c))
+
+    checks = [(name, kind, F.expr(sql(test, name))) for name in columns for kind, test in _AUTO_TYPES.items()]
     found = rows.select(*(check.alias(f"c{i}") for i, (_, _, check) in enumerate(checks))).first()
     holds = {(name, kind): bool(value) for (name, kind, _), value in zip(checks, found)}
     typed: dict[str, Column] = {}
     for name in columns:
-        kind = next((k for k in tests if holds[name, k]), None)
+        kind = next((k for k in _AUTO_TYPES if holds[name, k]), None)
         if kind == "JSON":
             typed[name] = F.expr(json_sql(quote_identifier(name)))
+        elif kind is not None and kind.startswith("ARRAY<"):
+            element = kind[len("ARRAY<"):-1]
+            array = sql(f"CASE WHEN {{a}} IS NOT NULL THEN transform({{a}}, e -> variant_get(e, '$', '{element}'))"
+                        f" WHEN {{c}} IS NOT NULL THEN array(CAST({{c}} AS {element})) END", name)
+            if element == "STRING":  # in a struct, not to be read as a multi-value string (segment/columns.py)
+                present = f"{quote_identifier(name)} IS NOT NULL"
+                array = f"CASE WHEN {present} THEN named_struct('{ARRAY_FIELD}', {array}) END"
+            typed[name] = F.expr(array)
         elif kind is not None:
             typed[name] = _column(name).cast(kind)
     return rows.withColumns(typed)

@@ -80,8 +80,11 @@ def test_schemaless_ingestion_makes_an_array_a_multi_value_dimension_and_schema_
     assert str(file.schema_arrow.field("tags").type) == "list<element: string>"
     assert {(r["page"], tuple(r["tags"] or ()), r["rows"], r["n"]) for r in rows_of(file)} == {
         ("a", ("y", "z"), 2, 3), ("b", ("solo",), 1, 4), ("c", (), 1, 8)}
+    # schema discovery makes it Druid's ARRAY<STRING> (a value that is not an array an array of one), held in a struct
     typed = merged(spark, tmp_path / "typed", {"dimensions": [], "useSchemaDiscovery": True}, batches=batches)
-    assert str(typed.schema_arrow.field("tags").type) == "struct<json: string>"
+    assert str(typed.schema_arrow.field("tags").type) == "struct<array: list<element: string>>"
+    assert {(r["page"], tuple(r["tags"]["array"]), r["rows"]) for r in rows_of(typed)} == {
+        ("a", ("z", "y"), 1), ("a", ("y", "z"), 1), ("b", ("solo",), 1), ("c", (), 1)}
 
 
 def test_schema_discovery_types_a_column_long_or_double_when_every_value_is_one(spark, tmp_path):
@@ -164,3 +167,33 @@ def test_a_json_dimension_is_queried_with_druids_json_functions(http):
                                                                                     "count", "added", "deleted"]
     run(http, {"type": "compact", "dataSource": "nested", "interval": "2024-05-02/2024-05-03"})
     assert sql(http, query) == expected and sql(http, bob) == [{"channel": "#a", "n": 1}]
+
+
+def test_schema_discovery_makes_arrays_of_primitives_array_columns_that_sql_reads(http):
+    """Druid's auto type of a field holding arrays of primitives: ARRAY<STRING>, ARRAY<LONG> or ARRAY<DOUBLE> (not a
+    multi-value string), a value that is not an array an array of one. SQL types them as arrays, groups whole arrays
+    and reads them with the ARRAY functions; a compaction keeps them."""
+    events = [{"ts": "2024-05-03T01:00:00Z", "tags": ["z", "y"], "sizes": [1, 2], "ratios": [0.5, 2]},
+              {"ts": "2024-05-03T02:00:00Z", "tags": ["y", "z"], "sizes": [3], "ratios": [1]},
+              {"ts": "2024-05-03T03:00:00Z", "tags": "solo", "sizes": [], "ratios": 1.5},
+              {"ts": "2024-05-03T04:00:00Z", "tags": ["z", "y"], "sizes": [1, 2]}]
+    payload = task("arrays", {"type": "inline", "data": ndjson(events)}, {"type": "json"})
+    payload["spec"]["dataSchema"]["dimensionsSpec"] = {"dimensions": [], "useSchemaDiscovery": True}
+    run(http, payload)
+
+    def check() -> None:
+        types = sql(http, "SELECT COLUMN_NAME, DATA_TYPE FROM INFORMATION_SCHEMA.COLUMNS WHERE TABLE_NAME = 'arrays' "
+                          "AND COLUMN_NAME IN ('tags', 'sizes', 'ratios') ORDER BY 1")
+        assert [(t["COLUMN_NAME"], t["DATA_TYPE"]) for t in types] == [
+            ("ratios", "DOUBLE ARRAY"), ("sizes", "BIGINT ARRAY"), ("tags", "VARCHAR ARRAY")]
+        grouped = sql(http, 'SELECT tags, SUM("count") AS n FROM arrays GROUP BY tags')  # sqlStringifyArrays
+        assert sorted((r["tags"], r["n"]) for r in grouped) == [('["solo"]', 1), ('["y","z"]', 1), ('["z","y"]', 2)]
+        assert sql(http, "SELECT COUNT(*) AS z, SUM(ARRAY_LENGTH(sizes)) AS sizes FROM arrays "
+                         "WHERE ARRAY_CONTAINS(tags, 'z')") == [{"z": 3, "sizes": 5}]
+        ratios = http.post("/druid/v2/sql", json={"query": "SELECT ratios FROM arrays ORDER BY __time",
+                                                  "context": {"sqlStringifyArrays": False}})
+        assert ratios.json() == [{"ratios": [0.5, 2.0]}, {"ratios": [1.0]}, {"ratios": [1.5]}, {"ratios": None}]
+
+    check()
+    run(http, {"type": "compact", "dataSource": "arrays", "interval": "2024-05-03/2024-05-04"})
+    check()

@@ -193,7 +193,11 @@ def test_a_stored_payload_reads_back_as_the_same_task():
 
 def test_parquet_types_become_druid_dimension_types():
     schema = pa.schema([("a", pa.string()), ("b", pa.int64()), ("c", pa.float32()), ("d", pa.float64()),
-                        ("__time", pa.timestamp("ms", tz="UTC"))])
+                        ("__time", pa.timestamp("ms", tz="UTC")), ("mv", pa.list_(pa.string())),
+                        ("j", pa.struct([("json", pa.string()), ('$."x"', pa.int64())])),
+                        ("longs", pa.list_(pa.int64())), ("strings", pa.struct([("array", pa.list_(pa.string()))]))])
+    # an ARRAY column is typed again from its values (auto), as schema discovery typed it
     assert parquet_column_types(schema) == {"a": "string", "b": "long", "c": "float", "d": "double",
-                                            "__time": "string"}
+                                            "__time": "string", "mv": "string", "j": "json", "longs": "auto",
+                                            "strings": "auto"}
 

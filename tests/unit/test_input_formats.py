@@ -62,6 +62,11 @@ def row(locator: str, error: str | None = None, **fields) -> dict:
     (pa.array([{"t": dt.datetime(2024, 1, 1), "raw": b"hi"}],
               pa.struct([("t", pa.timestamp("ms")), ("raw", pa.binary())])), ['{"t":1704067200000,"raw":"aGk="}']),
     (pa.nulls(2), [None, None]),
+    # segment columns, as the druid input source reads them: a json dimension's text, an ARRAY<STRING>'s list
+    (pa.array([{"json": '{"a":1}', '$."a"': 1}, None], pa.struct([("json", pa.string()), ('$."a"', pa.int64())])),
+     ['{"a":1}', None]),
+    (pa.array([{"array": ["z", "y"]}, {"array": []}, None], pa.struct([("array", pa.list_(pa.string()))])),
+     ['["z","y"]', "[]", None]),
 ])
 def test_stringify(array, expected):
     text = stringify(array)

@@ -27,6 +27,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sluice.segment.columns import is_string_array
 from sluice.segment.nested import is_json_column
 
 _MILLIS_PER_DAY = 86_400_000
@@ -62,6 +63,8 @@ def stringify(array: pa.Array | pa.ChunkedArray, binary_as_string: bool = False)
     if pa.types.is_struct(t) and t.num_fields == 1 and pa.types.is_binary(t.field(0).type):
         # a sketch as segments store one (a struct named after its kind): Base64, as Druid writes a sketch in JSON
         return _binary_text(pc.struct_field(array, [0]), False)
+    if is_string_array(t):  # an ARRAY<STRING> as segments store one: its list, as JSON text
+        return stringify(pc.struct_field(array, [0]), binary_as_string)
     if is_json_column(t):
         return pc.struct_field(array, [0])  # a json dimension as segments store one: its JSON text
     if pa.types.is_nested(t):
