@@ -18,6 +18,9 @@ log = logging.getLogger(__name__)
 WORKER = "worker"
 OVERLORD = "overlord"
 BROKER = "broker"
+#: where a worker serves the overlord's calls (Druid's WorkerResource), below the HTTP layer so that the overlord
+#: that calls it does not import the server
+WORKER_PREFIX = "/druid/worker/v1"
 
 HEARTBEAT_PERIOD = 1.0
 #: a node missing this many heartbeats in a row is taken for dead

@@ -39,10 +39,10 @@ from sluice.broker import system_tables as sys_tables
 from sluice.broker.engine import ClippedFile, QueryResult, RealtimeFile, SegmentFile, SegmentFileGone, SqlEngine, \
     complex_columns, multi_value_columns, table_columns
 from sluice.broker.errors import SqlError
-from sluice.broker.intervals import overlaps_any
+from sluice.broker.sql.intervals import overlaps_any
 from sluice.broker.loaded import LoadedDataSources
 from sluice.broker.realtime import RealtimePiece, piece_footer, visible_pieces
-from sluice.broker.sql import translate_query
+from sluice.broker.sql.translate import translate_query
 from sluice.broker.system_tables import RealtimeSegment, Server, SystemTable
 from sluice.discovery import BROKER, OVERLORD, WORKER, live_nodes
 from sluice.metadata.store import MetadataStore

@@ -39,14 +39,14 @@ from sqlglot import exp
 
 from sluice.broker.errors import SqlError
 from sluice.broker.limits import DEFAULT_MAX_RESULT_BYTES
-from sluice.broker.functions import Zone
-from sluice.broker.lookups import relation
-from sluice.broker import bloom, python_functions, sketches, tdigest
-from sluice.broker.complex_types import COMPLEX_KINDS, arrow_complex_type, complex_type
-from sluice.broker.multi_value import JOIN_UNSUPPORTED, MULTI_VALUE, is_output, row_value
-from sluice.broker.nested_fields import NESTED_FIELD, field_column, indexed_fields, view_fields
-from sluice.broker.sketches import to_base64
-from sluice.broker.sql import DUCKDB_SETTINGS, TIME_COLUMN, Translation, translate_query
+from sluice.broker.functions.rewrite import Zone
+from sluice.broker.functions.lookups import relation
+from sluice.broker.functions import bloom, python_functions, sketches, tdigest
+from sluice.broker.sql.complex_types import COMPLEX_KINDS, arrow_complex_type, complex_type
+from sluice.broker.sql.multi_value import JOIN_UNSUPPORTED, MULTI_VALUE, is_output, row_value
+from sluice.broker.sql.nested_fields import NESTED_FIELD, field_column, indexed_fields, view_fields
+from sluice.broker.functions.sketches import to_base64
+from sluice.broker.sql.translate import DUCKDB_SETTINGS, TIME_COLUMN, Translation, translate_query
 from sluice.broker.system_tables import SystemTable
 from sluice.lookups.references import LookupExtractor, LookupLoadError
 from sluice.segment.columns import ARRAY_FIELD, is_multi_value, is_string_array

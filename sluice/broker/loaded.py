@@ -27,7 +27,7 @@ import duckdb
 from sqlglot import exp
 
 from sluice.broker.engine import SegmentFile, lock_down, register_python_functions
-from sluice.broker.sql import TIME_COLUMN
+from sluice.broker.sql.translate import TIME_COLUMN
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import pyarrow.parquet as pq
 
 from sluice.broker.engine import file_version
-from sluice.broker.sql import TIME_COLUMN
+from sluice.broker.sql.translate import TIME_COLUMN
 from sluice.segment.segment import ETERNITY, Interval
 
 if TYPE_CHECKING:

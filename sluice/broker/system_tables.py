@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sluice.broker.complex_types import arrow_complex_type
+from sluice.broker.sql.complex_types import arrow_complex_type
 from sluice.metadata.store import TaskRecord
 from sluice.segment.columns import is_multi_value, is_string_array
 from sluice.segment.segment import DataSegment, Interval, SegmentId

@@ -22,11 +22,10 @@ from typing import Any, Callable
 
 import httpx
 
-from sluice.discovery import HEARTBEAT_PERIOD, MISSED_HEARTBEATS, WORKER, live_nodes
+from sluice.discovery import HEARTBEAT_PERIOD, MISSED_HEARTBEATS, WORKER, WORKER_PREFIX, live_nodes
 from sluice.metadata.store import MetadataStore
 from sluice.overlord.task_client import HttpTaskClient
 from sluice.overlord.worker_select import WorkerInfo, strategy
-from sluice.server.api_worker import WORKER_PREFIX
 from sluice.task.kafka_index_task import KafkaIndexTaskSpec
 from sluice.task.task import StatusListeners, TaskSpec, TaskStatus
 from sluice.timestamps import format_timestamp

@@ -20,9 +20,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from sluice.broker.broker import Broker
-from sluice.broker.native import NativeQueryRunner
+from sluice.broker.native.queries import NativeQueryRunner
 from sluice.broker.scheduler import QueryScheduler
-from sluice.broker.native_metadata import (
+from sluice.broker.native.metadata import (
     DEFAULT_HISTORY, dimensions_and_metrics, full_data_source, segment_json, served_intervals, simple_properties,
 )
 from sluice.timestamps import EpochInterval, add_period, parse_interval

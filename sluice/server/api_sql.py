@@ -19,10 +19,10 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from sluice.broker.broker import Broker
-from sluice.broker.functions import DruidDialect
+from sluice.broker.functions.rewrite import DruidDialect
 from sluice.broker.results import RESULT_FORMATS, render
 from sluice.broker.scheduler import QueryScheduler
-from sluice.broker.sql import QueryContext, SqlError
+from sluice.broker.sql.translate import QueryContext, SqlError
 from sluice.broker.system_tables import DRUID_SCHEMA
 from sluice.emitter import NoopEmitter, ServiceEmitter, metrics
 from sluice.logs import query_ids

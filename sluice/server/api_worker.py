@@ -7,11 +7,10 @@ from typing import Any
 from fastapi import APIRouter, Body
 from fastapi.responses import JSONResponse, Response
 
+from sluice.discovery import WORKER_PREFIX
 from sluice.server.auth import state_guard
 from sluice.task.task import TaskFailure
 from sluice.worker.worker import WorkerFull, WorkerTaskManager
-
-WORKER_PREFIX = "/druid/worker/v1"
 
 
 def worker_router(manager: WorkerTaskManager) -> APIRouter:

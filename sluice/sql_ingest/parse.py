@@ -17,7 +17,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from sluice.broker.errors import SqlError
-from sluice.broker.functions import DruidDialect
+from sluice.broker.functions.rewrite import DruidDialect
 
 #: the table name the external table is replaced by before sqlglot parses the SELECT
 EXTERNAL = "__sluice_external"

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sluice.broker.bloom import (
+from sluice.broker.functions.bloom import (
     NULL_HASHCODE,
     BloomKFilter,
     from_base64,

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sluice.broker.engine import SqlEngine
-from sluice.broker.sql import SqlError, translate
+from sluice.broker.sql.translate import SqlError, translate
 
 # (time, page, channel, user, added); the 01:00 and later rows are in a second segment that also has `deleted`.
 EDITS = [

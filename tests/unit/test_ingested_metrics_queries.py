@@ -22,7 +22,7 @@ import pytest
 from sluice.broker.broker import Broker
 from sluice.broker.engine import SqlEngine
 from sluice.broker.errors import SqlError
-from sluice.broker.native import NativeQueryRunner
+from sluice.broker.native.queries import NativeQueryRunner
 from sluice.segment.segment import Interval
 from tests.unit.published import broker_over
 

@@ -14,7 +14,7 @@ import pytest
 
 from sluice.broker.engine import SqlEngine
 from sluice.broker.errors import SqlError
-from sluice.broker.json_functions import parse_path
+from sluice.broker.functions.json_functions import parse_path
 from sluice.broker.results import render
 
 DOC = """PARSE_JSON('{"x":1, "y":[1, 2, 3], "o":{"a":"b"}, "f":1.9, "s":"12", "t":true, "n":null}')"""

@@ -65,7 +65,7 @@ def test_a_loaded_data_source_answers_as_its_files_do(data, files, sql) -> None:
     engine = SqlEngine(threads=1)
     from_files = engine.execute(sql, {"wiki": files})
     database = loaded(data, "wiki", files)
-    from sluice.broker.sql import translate_query
+    from sluice.broker.sql.translate import translate_query
 
     from_loaded = engine.run(translate_query(sql, {"wiki"}), {"wiki": files}, database=database)
     assert (from_loaded.rows, from_loaded.sql_types) == (from_files.rows, from_files.sql_types)

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sluice.broker.engine import SqlEngine
-from sluice.broker.sql import translate_query
+from sluice.broker.sql.translate import translate_query
 from sluice.lookups.references import LookupExtractor
 
 NAMES = {"#en": "English", "#fr": "French", "#de": "German", "#en.wiki": "English"}  # not injective

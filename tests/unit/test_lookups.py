@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sluice.broker.errors import SqlError
-from sluice.broker.native import parse_query
+from sluice.broker.native.queries import parse_query
 from sluice.lookups.coordinator import (
     LookupConflict,
     LookupNotFound,

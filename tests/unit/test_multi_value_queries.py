@@ -26,7 +26,7 @@ import pytest
 
 from sluice.broker.broker import Broker
 from sluice.broker.errors import SqlError
-from sluice.broker.native import NativeQueryRunner
+from sluice.broker.native.queries import NativeQueryRunner
 from sluice.broker.results import render
 from sluice.realtime import RealtimeView
 from sluice.segment.segment import Interval

@@ -14,7 +14,7 @@ import pytest
 from sluice.broker.broker import Broker
 from sluice.broker.engine import SqlEngine
 from sluice.broker.errors import SqlError
-from sluice.broker.native import NativeQueryRunner
+from sluice.broker.native.queries import NativeQueryRunner
 from sluice.lookups.references import LookupReferences
 from sluice.metadata.store import MetadataStore
 from sluice.security.access import Forbidden

@@ -12,12 +12,12 @@ import pytest
 from sqlglot import exp
 
 from sluice.broker.errors import SqlError
-from sluice.broker.native import parse_query
-from sluice.broker.native_filters import Columns, filter_condition
-from sluice.broker.native_results import fill_empty_buckets
-from sluice.broker.native_sql import DataSourceView, translate
-from sluice.broker.native_time import QueryGranularity, zone_of
-from sluice.broker.sql import translate as sql_translate
+from sluice.broker.native.queries import parse_query
+from sluice.broker.native.filters import Columns, filter_condition
+from sluice.broker.native.results import fill_empty_buckets
+from sluice.broker.native.sql import DataSourceView, translate
+from sluice.broker.native.time import QueryGranularity, zone_of
+from sluice.broker.sql.translate import translate as sql_translate
 from sluice.expressions import ExpressionError, to_condition, to_sql
 from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
 from sluice.spec.errors import SpecError

@@ -17,8 +17,8 @@ from sqlglot import exp
 
 from sluice.broker.engine import SqlEngine, complex_columns
 from sluice.broker.loaded import LoadedDataSources
-from sluice.broker.nested_fields import field_column
-from sluice.broker.sql import translate_query
+from sluice.broker.sql.nested_fields import field_column
+from sluice.broker.sql.translate import translate_query
 from sluice.segment.nested import path_key, typed_paths
 from tests.unit.test_loaded import loaded
 

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sluice.broker.broker import Broker
-from sluice.broker.sql import translate_query
+from sluice.broker.sql.translate import translate_query
 from sluice.metadata.store import MetadataStore
 from sluice.segment.deep_storage import LocalDeepStorage
 from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sluice.broker.engine import ClippedFile, SqlEngine, bind_parameters, lock_down
-from sluice.broker.sql import SqlError
+from sluice.broker.sql.translate import SqlError
 from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
 from sluice.server.node import Node, NodeConfig
 from sluice.server.roles import Role

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from sluice.broker.sql import translate_query
+from sluice.broker.sql.translate import translate_query
 from sluice.segment.segment import ETERNITY, Interval
 
 NOW = datetime(2015, 9, 20, 12, 0, tzinfo=UTC)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from sluice.broker.engine import QueryResult
 from sluice.broker.results import RESULT_FORMATS, render
-from sluice.broker.sql import SqlError
+from sluice.broker.sql.translate import SqlError
 
 EDITS = QueryResult(
     columns=["__time", "page", "added"],

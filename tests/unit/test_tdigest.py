@@ -14,12 +14,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sluice.broker import tdigest
+from sluice.broker.functions import tdigest
 from sluice.broker.broker import Broker
 from sluice.broker.errors import SqlError
-from sluice.broker.native import NativeQueryRunner
-from sluice.broker.sketches import HLL
-from sluice.broker.sql import translate_query
+from sluice.broker.native.queries import NativeQueryRunner
+from sluice.broker.functions.sketches import HLL
+from sluice.broker.sql.translate import translate_query
 from sluice.segment.segment import Interval
 from sluice.tdigest import TDIGEST, TDigest
 from tests.unit.published import broker_over

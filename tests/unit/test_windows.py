@@ -1,4 +1,4 @@
-"""Druid's window frames (its documented known issues, `sluice/broker/windows.py`), translated and run on DuckDB."""
+"""Druid's window frames (its documented known issues, `sluice/broker/sql/windows.py`), translated and run on DuckDB."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from sluice.broker.sql import translate_query
+from sluice.broker.sql.translate import translate_query
 
 # a running total where two rows tie on the order: the standard's RANGE frame would sum both peers on each
 T = pa.table({"k": ["a", "a", "a", "a", "b"], "o": [1, 2, 2, 10, 1], "n": [1, 10, 10, 100, 5]})

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import duckdb
 from sqlglot import exp
 
-from sluice.broker.calls import Call, DruidFunction
+from sluice.broker.functions.calls import Call, DruidFunction
 from sluice.broker.errors import SqlError
 
 

@@ -7,7 +7,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from sluice.broker.bloom import arrow_udf
+from sluice.broker.functions.bloom import arrow_udf
 from sluice.tdigest import TDIGEST, TDigest
 
 # ------------------------------------------------------------------------------------------------- Arrow function

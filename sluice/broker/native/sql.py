@@ -3,7 +3,7 @@
 Going through SQL keeps one engine: a native query and its SQL twin read the same files through the same sandbox, so
 their answers agree. Values from the query JSON only ever become sqlglot literals and quoted identifiers.
 
-The statements return helper columns (named `__sluice_…`) next to the user's outputs; `native_results` reads them
+The statements return helper columns (named `__sluice_…`) next to the user's outputs; `results` reads them
 to shape Druid's JSON. Query-type specific layouts:
 
 - timeseries: one row per bucket that has rows in the intervals (the filter sits in each aggregate's FILTER clause,
@@ -21,9 +21,9 @@ from functools import reduce
 
 from sqlglot import exp
 
-from sluice.broker import native_query as q
-from sluice.broker.native_aggregators import aggregate, unfinalized, with_post_aggregations
-from sluice.broker.native_filters import (
+from sluice.broker.native import query as q
+from sluice.broker.native.aggregators import aggregate, unfinalized, with_post_aggregations
+from sluice.broker.native.filters import (
     TIME,
     Columns,
     all_of,
@@ -35,7 +35,7 @@ from sluice.broker.native_filters import (
     millis_timestamp,
     search_condition,
 )
-from sluice.broker.native_time import QueryGranularity
+from sluice.broker.native.time import QueryGranularity
 from sluice.expressions import druid_function
 from sluice.segment.segment import DataSegment
 from sluice.spec.errors import SpecError
@@ -55,7 +55,7 @@ class DataSourceView:
     name: str
     segments: Sequence[DataSegment] = ()
     schema: Sequence[tuple[str, str]] = ()  # (column, SQL type)
-    #: what the statement reads for a data source other than a table (see native_datasources); None: the table `name`
+    #: what the statement reads for a data source other than a table (see datasources.py); None: the table `name`
     relation: exp.Expr | None = None
     columns: list[str] = field(init=False)
     dimensions: list[str] = field(init=False)

@@ -34,9 +34,9 @@ from typing import Any
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
-from sluice.broker.array_functions import ARRAY_FUNCTIONS
-from sluice.broker.calls import engine_function
-from sluice.broker.complex_types import mark_scope_columns, selected_sources, source_type
+from sluice.broker.functions.array_functions import ARRAY_FUNCTIONS
+from sluice.broker.functions.calls import engine_function
+from sluice.broker.sql.complex_types import mark_scope_columns, selected_sources, source_type
 from sluice.broker.errors import SqlError
 
 #: the kind a data source's column mapping gives a multi-value string column (see `sql.translate_query`)

@@ -8,10 +8,10 @@ from typing import Any
 
 from sqlglot import exp
 
-from sluice.broker import native_query as q
-from sluice.broker import native_sketches as sk
-from sluice.broker.complex_types import is_pair, pair_part
-from sluice.broker.native_filters import (
+from sluice.broker.native import query as q
+from sluice.broker.native import sketches as sk
+from sluice.broker.sql.complex_types import is_pair, pair_part
+from sluice.broker.native.filters import (
     SQL_TYPES,
     Columns,
     all_of,
@@ -19,9 +19,9 @@ from sluice.broker.native_filters import (
     dimension_value,
     filter_condition,
 )
-from sluice.broker.scalar_functions import as_long
-from sluice.broker.sketches import HISTOGRAM_BINS, HLL, QUANTILES, QUANTILES_COUNT, THETA
-from sluice.broker.tdigest import QUANTILE as TDIGEST_QUANTILE
+from sluice.broker.functions.scalar_functions import as_long
+from sluice.broker.functions.sketches import HISTOGRAM_BINS, HLL, QUANTILES, QUANTILES_COUNT, THETA
+from sluice.broker.functions.tdigest import QUANTILE as TDIGEST_QUANTILE
 from sluice.expressions import ExpressionError, druid_function, to_sql
 from sluice.spec.errors import SpecError
 from sluice.tdigest import TDIGEST

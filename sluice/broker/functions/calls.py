@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import sqlglot
 from sqlglot import exp
 
-from sluice.broker.complex_types import referenced_type
+from sluice.broker.sql.complex_types import referenced_type
 from sluice.broker.errors import SqlError
-from sluice.broker.zones import Zone
+from sluice.broker.functions.zones import Zone
 
 #: meta key of a DuckDB function that a rewrite ahead of the functions' own (`multi_value.py`) put in a query: it is
 #: no Druid function, so the functions' rewrite leaves it as it is

@@ -14,10 +14,10 @@ from typing import Any
 
 from sqlglot import exp
 
-from sluice.broker import native_query as q
+from sluice.broker.native import query as q
 from sluice.broker.engine import QueryResult
-from sluice.broker.native_filters import TIME, Columns, intervals_condition
-from sluice.broker.native_sql import HIDDEN, DataSourceView
+from sluice.broker.native.filters import TIME, Columns, intervals_condition
+from sluice.broker.native.sql import HIDDEN, DataSourceView
 from sluice.periods import Period
 from sluice.segment.segment import DataSegment
 from sluice.timestamps import EpochInterval, add_period, condense, format_instant, format_interval, to_millis

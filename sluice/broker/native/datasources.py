@@ -1,5 +1,5 @@
 """Druid's data sources for native queries (querying/datasource.md): table, union, inline, lookup, query and join.
-`native_relations` makes each the relation a query's SQL statement reads.
+`relations` makes each the relation a query's SQL statement reads.
 """
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import BeforeValidator, Discriminator, Field, Tag, model_validator
 
-from sluice.broker.sql import TIME_COLUMN as TIME
+from sluice.broker.sql.translate import TIME_COLUMN as TIME
 from sluice.spec.model import SpecModel
 
 if TYPE_CHECKING:
-    from sluice.broker import native_query as q
+    from sluice.broker.native import query as q
 
 
 def _named_table(value: Any) -> Any:

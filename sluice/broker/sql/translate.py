@@ -26,21 +26,21 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from sluice.broker import bloom, python_functions, sketches, tdigest
-from sluice.broker.complex_types import mark_complex_columns
+from sluice.broker.functions import bloom, python_functions, sketches, tdigest
+from sluice.broker.sql.complex_types import mark_complex_columns
 from sluice.broker.errors import SqlError
 from sluice.broker.limits import DEFAULT_TIMEOUT_MS
-from sluice.broker.functions import TIME_COLUMN, DruidDialect, Session, Zone, is_druid_function, \
+from sluice.broker.functions.rewrite import TIME_COLUMN, DruidDialect, Session, Zone, is_druid_function, \
     rewrite_druid_functions
-from sluice.broker.intervals import table_intervals, unite
-from sluice.broker.lookups import LOOKUP_SCHEMA, from_lookup_schema, read_lookups
-from sluice.broker.multi_value import MULTI_VALUE, rewrite_multi_value
-from sluice.broker.nested_fields import NESTED_FIELD, read_field_columns
-from sluice.broker.lookup_groups import group_lookup_keys_first
-from sluice.broker.windows import rewrite_windows
-from sluice.broker.scalar_functions import constant_pi, unsupported_reason
+from sluice.broker.sql.intervals import table_intervals, unite
+from sluice.broker.functions.lookups import LOOKUP_SCHEMA, from_lookup_schema, read_lookups
+from sluice.broker.sql.multi_value import MULTI_VALUE, rewrite_multi_value
+from sluice.broker.sql.nested_fields import NESTED_FIELD, read_field_columns
+from sluice.broker.sql.lookup_groups import group_lookup_keys_first
+from sluice.broker.sql.windows import rewrite_windows
+from sluice.broker.functions.scalar_functions import constant_pi, unsupported_reason
 from sluice.broker.system_tables import DRUID_SCHEMA, SystemTable, find_system_table, is_system_schema
-from sluice.broker.time_groups import group_time_buckets
+from sluice.broker.sql.time_groups import group_time_buckets
 from sluice.segment.segment import Interval
 from sluice.spec.context import as_bool, as_int, context_value
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlglot import exp
 
-from sluice.broker.functions import TIME_COLUMN, Zone
+from sluice.broker.functions.rewrite import TIME_COLUMN, Zone
 from sluice.segment.segment import ETERNITY, Interval
 from sluice.spec.intervals import parse_interval
 

@@ -14,9 +14,9 @@ import pyarrow as pa
 from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
 
-from sluice.broker.complex_types import selected_sources
+from sluice.broker.sql.complex_types import selected_sources
 from sluice.broker.errors import SqlError
-from sluice.broker.json_functions import json_value_text, parse_path
+from sluice.broker.functions.json_functions import json_value_text, parse_path
 from sluice.segment.nested import JSON_FIELD, field_columns, is_json_column, path_key
 
 #: the kind `complex_columns` gives a field column of a data source's view

@@ -15,7 +15,7 @@ import re
 
 from sqlglot import exp
 
-from sluice.broker.calls import Call, DruidFunction, template
+from sluice.broker.functions.calls import Call, DruidFunction, template
 from sluice.broker.errors import SqlError
 from sluice.segment.nested import path_key
 

@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from sluice.broker.calls import Call, DruidFunction, template
+from sluice.broker.functions.calls import Call, DruidFunction, template
 from sluice.broker.errors import SqlError
-from sluice.broker.lookups import lookup_call
+from sluice.broker.functions.lookups import lookup_call
 
 #: the longest string REPEAT, LPAD and RPAD may make: one query must not build gigabytes in a single value
 MAX_STRING_LENGTH = 16 * 1024 * 1024

@@ -9,8 +9,8 @@ from functools import reduce
 
 from sqlglot import exp
 
-from sluice.broker import native_query as q
-from sluice.broker.sql import TIME_COLUMN as TIME
+from sluice.broker.native import query as q
+from sluice.broker.sql.translate import TIME_COLUMN as TIME
 from sluice.expressions import ExpressionError, druid_function, to_condition, to_sql
 from sluice.spec.errors import SpecError
 from sluice.timestamps import EpochInterval, format_instant, in_datetime_range

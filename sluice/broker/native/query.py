@@ -13,9 +13,9 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BeforeValidator, Discriminator, Field, PlainValidator, Tag, model_validator
 
-from sluice.broker import native_sketches as sk
-from sluice.broker.native_datasources import DataSource, JoinDataSource, QueryDataSource, Table
-from sluice.broker.native_time import QueryGranularity
+from sluice.broker.native import sketches as sk
+from sluice.broker.native.datasources import DataSource, JoinDataSource, QueryDataSource, Table
+from sluice.broker.native.time import QueryGranularity
 from sluice.lookups.specs import MapLookupExtractorFactory
 from sluice.timestamps import MAX_INSTANT, MIN_INSTANT, EpochInterval, parse_instant, parse_interval
 from sluice.spec.model import SpecModel, power_of_two

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from sluice.broker.calls import Call
+from sluice.broker.functions.calls import Call
 from sluice.broker.errors import SqlError
 from sluice.lookups.references import KEY, VALUE
 

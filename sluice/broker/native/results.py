@@ -1,6 +1,6 @@
 """SQL rows → Druid's native result JSON, shaped exactly as each query type returns it.
 
-The statements come from `native_sql` and carry helper columns (bucket starts, first row times, row counts) that
+The statements come from `sql` and carry helper columns (bucket starts, first row times, row counts) that
 say where Druid's own engine would put a row, which timestamp it would print, and which empty buckets it would fill.
 """
 
@@ -12,14 +12,14 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import date, datetime
 from typing import Any
 
-from sluice.broker import native_query as q
+from sluice.broker.native import query as q
 from sluice.broker.engine import QueryResult
-from sluice.broker.native_filters import TIME
-from sluice.broker.native_sql import (
+from sluice.broker.native.filters import TIME
+from sluice.broker.native.sql import (
     BUCKET, COUNT, DIMENSION, EMPTY_KIND, FIRST, KIND, MILLIS, ROW_KIND, ROWS, TOTAL_KIND, VALUE, DataSourceView,
     scan_columns,
 )
-from sluice.broker.native_time import QueryGranularity
+from sluice.broker.native.time import QueryGranularity
 from sluice.timestamps import EpochInterval, condense, format_instant, to_millis
 
 Row = dict[str, Any]

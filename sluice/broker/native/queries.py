@@ -13,15 +13,15 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from sqlglot import exp
 
-from sluice.broker import native_query as q
+from sluice.broker.native import query as q
 from sluice.broker.broker import Broker
 from sluice.broker.engine import QueryResult
-from sluice.broker.multi_value import UNNESTING
-from sluice.broker.native_datasources import tables
-from sluice.broker.native_metadata import metadata_chunks, segment_metadata_result, segment_metadata_sql
-from sluice.broker.native_relations import Catalog, view
-from sluice.broker.native_results import shape
-from sluice.broker.native_sql import DataSourceView, translate
+from sluice.broker.sql.multi_value import UNNESTING
+from sluice.broker.native.datasources import tables
+from sluice.broker.native.metadata import metadata_chunks, segment_metadata_result, segment_metadata_sql
+from sluice.broker.native.relations import Catalog, view
+from sluice.broker.native.results import shape
+from sluice.broker.native.sql import DataSourceView, translate
 from sluice.broker.errors import SqlError
 from sluice.spec.errors import SpecError, join_path, path_in_payload
 from sluice.security.access import ALLOW_ALL_PERMISSIONS, Permissions, require

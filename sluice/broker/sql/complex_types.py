@@ -20,8 +20,8 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
-from sluice.broker.bloom import BLOOM
-from sluice.broker.sketches import KINDS
+from sluice.broker.functions.bloom import BLOOM
+from sluice.broker.functions.sketches import KINDS
 from sluice.tdigest import TDIGEST
 
 #: the complex types held as a one-field STRUCT of their bytes, written as Base64 in a result: sketches, Bloom filters

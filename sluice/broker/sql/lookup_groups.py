@@ -18,7 +18,7 @@ from collections.abc import Collection
 
 from sqlglot import exp
 
-from sluice.broker.functions import TIME_COLUMN
+from sluice.broker.functions.rewrite import TIME_COLUMN
 
 #: aggregates whose value over a group is the same aggregate (COUNT: the SUM) over the group's partial aggregates
 _REAGGREGATE: dict[type[exp.AggFunc], type[exp.AggFunc]] = {exp.Sum: exp.Sum, exp.Min: exp.Min, exp.Max: exp.Max,

@@ -1,7 +1,7 @@
 """Druid's DataSketches post-aggregators of native queries (HLL, Theta and Quantiles sketches), as validated models
-with Druid's field names and defaults; `native_query` puts them among the other post-aggregators.
+with Druid's field names and defaults; `query` puts them among the other post-aggregators.
 
-A sketch post-aggregator's `field` (`fields`) are post-aggregators, which `native_query` defines: the models are
+A sketch post-aggregator's `field` (`fields`) are post-aggregators, which `query` defines: the models are
 completed there, once those are.
 """
 
@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 from sluice.spec.model import SpecModel, power_of_two
 
 if TYPE_CHECKING:
-    from sluice.broker.native_query import PostAggregator
+    from sluice.broker.native.query import PostAggregator
 
 
 HllType = Literal["HLL_4", "HLL_6", "HLL_8"]

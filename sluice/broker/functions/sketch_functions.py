@@ -14,11 +14,11 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from sluice.broker import bloom, tdigest
-from sluice.broker.calls import Call, DruidFunction, template
-from sluice.broker.complex_types import COMPLEX_KINDS
+from sluice.broker.functions import bloom, tdigest
+from sluice.broker.functions.calls import Call, DruidFunction, template
+from sluice.broker.sql.complex_types import COMPLEX_KINDS
 from sluice.broker.errors import SqlError
-from sluice.broker.sketches import HISTOGRAM_BINS, HLL, QUANTILES, QUANTILES_COUNT
+from sluice.broker.functions.sketches import HISTOGRAM_BINS, HLL, QUANTILES, QUANTILES_COUNT
 from sluice.tdigest import DEFAULT_COMPRESSION, TDIGEST
 
 _HLL_TYPES = ("HLL_4", "HLL_6", "HLL_8")

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from sluice.broker.calls import Call, DruidFunction, template
+from sluice.broker.functions.calls import Call, DruidFunction, template
 
 #: the most NULLs ARRAY_SLICE may add past an array's end (Druid pads up to `end`): one call must not build a huge list
 MAX_SLICE_PADDING = 1_000_000

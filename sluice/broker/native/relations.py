@@ -1,4 +1,4 @@
-"""The relation a native query's SQL statement reads for each of Druid's data sources (native_datasources).
+"""The relation a native query's SQL statement reads for each of Druid's data sources (datasources.py).
 
 Each data source becomes one relation inside the query's single statement — a table, a UNION ALL of tables, VALUES,
 the `lookup.name` table, a subquery's own statement, or a JOIN of two such — so the statement still goes through the
@@ -16,9 +16,9 @@ from typing import Any
 
 from sqlglot import exp
 
-from sluice.broker import native_query as q
-from sluice.broker import native_sql
-from sluice.broker.native_datasources import (
+from sluice.broker.native import query as q
+from sluice.broker.native import sql as native_sql
+from sluice.broker.native.datasources import (
     DataSource,
     InlineDataSource,
     JoinDataSource,
@@ -27,8 +27,8 @@ from sluice.broker.native_datasources import (
     TableDataSource,
     UnionDataSource,
 )
-from sluice.broker.native_filters import SQL_TYPES, TIME, epoch_millis, millis_timestamp
-from sluice.broker.native_sql import (
+from sluice.broker.native.filters import SQL_TYPES, TIME, epoch_millis, millis_timestamp
+from sluice.broker.native.sql import (
     BUCKET,
     FIRST,
     HIDDEN,

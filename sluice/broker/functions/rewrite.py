@@ -17,17 +17,17 @@ from sqlglot import exp
 from sqlglot.dialects.druid import Druid
 from sqlglot.tokens import TokenType
 
-from sluice.broker.array_functions import ARRAY_FUNCTIONS, rewrite_array
-from sluice.broker.calls import ENGINE_FUNCTION, Call, DruidFunction, template
-from sluice.broker.complex_types import is_pair, pair_part
+from sluice.broker.functions.array_functions import ARRAY_FUNCTIONS, rewrite_array
+from sluice.broker.functions.calls import ENGINE_FUNCTION, Call, DruidFunction, template
+from sluice.broker.sql.complex_types import is_pair, pair_part
 from sluice.broker.errors import SqlError
-from sluice.broker.json_functions import JSON_FUNCTIONS, rewrite_json
-from sluice.broker.python_functions import PYTHON_FUNCTIONS
-from sluice.broker.scalar_functions import SCALAR_FUNCTIONS, as_long, rewrite_scalar
-from sluice.broker.sketch_functions import SKETCH_FUNCTIONS, count_distinct_sketches, quantile_of_digests, \
+from sluice.broker.functions.json_functions import JSON_FUNCTIONS, rewrite_json
+from sluice.broker.functions.python_functions import PYTHON_FUNCTIONS
+from sluice.broker.functions.scalar_functions import SCALAR_FUNCTIONS, as_long, rewrite_scalar
+from sluice.broker.functions.sketch_functions import SKETCH_FUNCTIONS, count_distinct_sketches, quantile_of_digests, \
     quantile_of_sketches, rewrite_sketch
-from sluice.broker.sketches import HLL, THETA
-from sluice.broker.zones import Session, Zone, from_local, to_local
+from sluice.broker.functions.sketches import HLL, THETA
+from sluice.broker.functions.zones import Session, Zone, from_local, to_local
 from sluice.periods import Period
 from sluice.timestamps import parse_interval
 

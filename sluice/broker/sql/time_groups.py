@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from sluice.broker.functions import TIME_COLUMN
+from sluice.broker.functions.rewrite import TIME_COLUMN
 
 #: DATE_TRUNC units of fixed length, in microseconds
 _UNIT_MICROS = {"SECOND": 1_000_000, "MINUTE": 60_000_000, "HOUR": 3_600_000_000, "DAY": 86_400_000_000}
