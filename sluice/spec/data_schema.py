@@ -136,7 +136,13 @@ FirstLastType = Literal[
 
 
 class _Aggregator(SpecModel):
+    """An aggregator, at ingestion (a metric) or in a native query (an output column)."""
+
     name: str = Field(min_length=1)
+
+    @property
+    def output_name(self) -> str:
+        return self.name
 
 
 class _OverField(_Aggregator):

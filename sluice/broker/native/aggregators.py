@@ -95,7 +95,7 @@ def _aggregate_function(spec: q.Aggregator, columns: Columns,
         return function, lambda value: exp.Substring(this=value, start=exp.Literal.number(1), length=length)
     if (sketch := _sketch(spec, columns)) is not None:
         return sketch[1], unchanged
-    if isinstance(spec, q.CardinalityAggregator | q.HyperUniqueAggregator):
+    if isinstance(spec, q.CardinalityAggregator | q.HyperUniqueAggregatorSpec):
         if unfinalized:
             return druid_function("DS_HLL", _distinct_input(spec, columns)), unchanged
         estimate = exp.DType.BIGINT if spec.round else exp.DType.DOUBLE
@@ -132,18 +132,18 @@ def _sketch(spec: q.Aggregator, columns: Columns) -> tuple[str, exp.Expr] | None
     alike; hyperUnique and a cardinality of one column merge a column of HLL sketches (ingestion stores hyperUnique
     as one)."""
     match spec:
-        case q.HllSketchAggregator(field_name=name, lg_k=lg_k, tgt_hll_type=target):
+        case q.HllSketchAggregatorSpec(field_name=name, lg_k=lg_k, tgt_hll_type=target):
             parameters = exp.Literal.number(lg_k), exp.Literal.string(target)
             return HLL, druid_function("DS_HLL", columns.sql(name), *parameters)
-        case q.ThetaSketchAggregator(field_name=name, size=size):
+        case q.ThetaSketchAggregatorSpec(field_name=name, size=size):
             return THETA, druid_function("DS_THETA", columns.sql(name), exp.Literal.number(size))
-        case q.QuantilesDoublesSketchAggregator(field_name=name, k=k):
+        case q.QuantilesSketchAggregatorSpec(field_name=name, k=k):
             values = columns.sql(name, null_type="DOUBLE")
             return QUANTILES, druid_function("DS_QUANTILES_SKETCH", values, exp.Literal.number(k))
-        case q.TDigestSketchAggregator(field_name=name, compression=compression):
+        case q.TDigestSketchAggregatorSpec(field_name=name, compression=compression):
             values = columns.sql(name, null_type="DOUBLE")
             return TDIGEST, druid_function("TDIGEST_GENERATE_SKETCH", values, exp.Literal.number(compression))
-        case q.HyperUniqueAggregator(field_name=name) | q.CardinalityAggregator(fields=[q.DefaultDimensionSpec(
+        case q.HyperUniqueAggregatorSpec(field_name=name) | q.CardinalityAggregator(fields=[q.DefaultDimensionSpec(
                 dimension=name)]) if _complex_type(columns, name) == HLL:
             return HLL, druid_function("DS_HLL", columns.sql(name))
     return None
@@ -158,7 +158,7 @@ def finalize(spec: q.Aggregator, value: exp.Expr, columns: Columns, unfinalized:
         inner = inner.aggregator
     if unfinalized and isinstance(inner, q.FirstLastAggregator) and inner.type != "stringAny":
         return pair_part(value, "rhs")
-    if unfinalized and isinstance(inner, q.CardinalityAggregator | q.HyperUniqueAggregator) \
+    if unfinalized and isinstance(inner, q.CardinalityAggregator | q.HyperUniqueAggregatorSpec) \
             and _sketch(inner, columns) is None:
         estimate = exp.DType.BIGINT if inner.round else exp.DType.DOUBLE
         return exp.cast(druid_function("HLL_SKETCH_ESTIMATE", value), estimate)
@@ -177,8 +177,8 @@ def finalize(spec: q.Aggregator, value: exp.Expr, columns: Columns, unfinalized:
     return druid_function("HLL_SKETCH_ESTIMATE", value)
 
 
-def _distinct_input(spec: q.CardinalityAggregator | q.HyperUniqueAggregator, columns: Columns) -> exp.Expr:
-    if isinstance(spec, q.HyperUniqueAggregator):
+def _distinct_input(spec: q.CardinalityAggregator | q.HyperUniqueAggregatorSpec, columns: Columns) -> exp.Expr:
+    if isinstance(spec, q.HyperUniqueAggregatorSpec):
         return columns.string(spec.field_name)
     values = [dimension_value(d, columns) for d in spec.fields]
     if len(values) == 1:

@@ -18,7 +18,10 @@ from sluice.broker.native.datasources import DataSource, JoinDataSource, QueryDa
 from sluice.broker.native.time import QueryGranularity
 from sluice.lookups.specs import MapLookupExtractorFactory
 from sluice.timestamps import MAX_INSTANT, MIN_INSTANT, EpochInterval, parse_instant, parse_interval
-from sluice.spec.model import SpecModel, power_of_two
+# the sketch aggregators' models are ingestion's (a query builds the same sketch a rollup keeps, or merges them)
+from sluice.spec.data_schema import (HllSketchAggregatorSpec, HyperUniqueAggregatorSpec, QuantilesSketchAggregatorSpec,
+                                     TDigestSketchAggregatorSpec, ThetaSketchAggregatorSpec)
+from sluice.spec.model import SpecModel
 
 ETERNITY = EpochInterval(MIN_INSTANT, MAX_INSTANT)
 
@@ -372,52 +375,6 @@ class CardinalityAggregator(_NamedAggregator):
     round: bool = False
 
 
-class HyperUniqueAggregator(_NamedAggregator):
-    type: Literal["hyperUnique"]
-    field_name: str
-    is_input_hyper_unique: bool = False
-    round: bool = False
-
-
-class HllSketchAggregator(_NamedAggregator):
-    """A DataSketches HLL sketch of a column: at query time both types merge a column of sketches and build one from
-    a column of values, as Druid's do."""
-
-    type: Literal["HLLSketchBuild", "HLLSketchMerge"]
-    field_name: str
-    lg_k: int = Field(default=12, ge=4, le=21)
-    tgt_hll_type: sk.HllType = "HLL_4"
-    round: bool = False
-    should_finalize: bool = True
-
-
-class ThetaSketchAggregator(_NamedAggregator):
-    type: Literal["thetaSketch"]
-    field_name: str
-    #: only tells ingestion that its input holds sketches; a query merges a column of sketches anyway
-    is_input_theta_sketch: bool = False
-    size: Annotated[int, power_of_two(16, 1 << 26)] = 16384
-    should_finalize: bool = True
-
-
-class QuantilesDoublesSketchAggregator(_NamedAggregator):
-    type: Literal["quantilesDoublesSketch"]
-    field_name: str
-    k: Annotated[int, power_of_two(2, 32768)] = 128
-    #: the workaround of a bug of Druid's sketches (the most values one may hold), which Python's do not have
-    max_stream_length: int | None = None
-    should_finalize: bool = True
-
-
-class TDigestSketchAggregator(_NamedAggregator):
-    """The druid-tdigestsketch extension's aggregator: a t-digest of the column's numbers, or its digests merged.
-    Its answer is the digest (the extension does not finalize it)."""
-
-    type: Literal["tDigestSketch"]
-    field_name: str
-    compression: int = Field(100, ge=1)
-
-
 class FilteredAggregator(SpecModel):
     type: Literal["filtered"]
     filter: DimFilter
@@ -431,8 +388,8 @@ class FilteredAggregator(SpecModel):
 
 Aggregator = Annotated[
     Union[
-        CountAggregator, NumericAggregator, FirstLastAggregator, CardinalityAggregator, HyperUniqueAggregator,
-        HllSketchAggregator, ThetaSketchAggregator, QuantilesDoublesSketchAggregator, TDigestSketchAggregator,
+        CountAggregator, NumericAggregator, FirstLastAggregator, CardinalityAggregator, HyperUniqueAggregatorSpec,
+        HllSketchAggregatorSpec, ThetaSketchAggregatorSpec, QuantilesSketchAggregatorSpec, TDigestSketchAggregatorSpec,
         FilteredAggregator,
     ],
     Field(discriminator="type"),
