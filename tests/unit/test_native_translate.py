@@ -245,7 +245,7 @@ def test_every_statement_passes_the_sql_layers_sandbox(query: dict[str, Any]) ->
          "granularity: unknown granularity 'fortnight', expected one of all, none, second, minute, five_minute, "
          "ten_minute, fifteen_minute, thirty_minute, hour, six_hour, eight_hour, day, week, month, quarter, year"),
         ({**BASE, "queryType": "timeseries", "aggregations": [{"type": "longSum", "name": "s"}]},
-         "aggregations[0]: aggregator 's' needs exactly one of fieldName and expression"),
+         "aggregations[0].fieldName: longSum needs fieldName or expression"),
         ({**BASE, "queryType": "groupBy", "dimensions": [{"type": "default", "dimension": "page",
                                                           "extractionFn": {"type": "upper"}}]},
          "dimensions[0].extractionFn: Sluice does not support this field"),

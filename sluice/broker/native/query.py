@@ -9,7 +9,7 @@ answer that silently differs from Druid's.
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import BeforeValidator, Discriminator, Field, PlainValidator, Tag, model_validator
 
@@ -18,8 +18,9 @@ from sluice.broker.native.datasources import DataSource, JoinDataSource, QueryDa
 from sluice.broker.native.time import QueryGranularity
 from sluice.lookups.specs import MapLookupExtractorFactory
 from sluice.timestamps import MAX_INSTANT, MIN_INSTANT, EpochInterval, parse_instant, parse_interval
-# the sketch aggregators' models are ingestion's (a query builds the same sketch a rollup keeps, or merges them)
-from sluice.spec.data_schema import (HllSketchAggregatorSpec, HyperUniqueAggregatorSpec, QuantilesSketchAggregatorSpec,
+# the aggregators' models are ingestion's, with the types only a query has (a query builds what a rollup keeps)
+from sluice.spec.data_schema import (AggregatorType, FirstLastAggregatorSpec, FirstLastType, HllSketchAggregatorSpec,
+                                     HyperUniqueAggregatorSpec, NumericAggregatorSpec, QuantilesSketchAggregatorSpec,
                                      TDigestSketchAggregatorSpec, ThetaSketchAggregatorSpec)
 from sluice.spec.model import SpecModel
 
@@ -335,34 +336,22 @@ class CountAggregator(_NamedAggregator):
     field_name: str | None = None
 
 
-NUMERIC_AGGREGATORS = (
-    "longSum", "doubleSum", "floatSum", "longMin", "longMax", "doubleMin", "doubleMax", "floatMin", "floatMax",
-    "doubleMean", "longAny", "doubleAny", "floatAny",
-)
+NUMERIC_AGGREGATORS = (*(t for t in get_args(AggregatorType) if t != "count"),
+                       "doubleMean", "longAny", "doubleAny", "floatAny")
+FIRST_LAST_AGGREGATORS = (*get_args(FirstLastType), "stringAny")
 
 
-class NumericAggregator(_NamedAggregator):
-    """Sums, minimums, maximums, doubleMean and the *Any aggregators: over a column or an expression."""
+class NumericAggregator(NumericAggregatorSpec):
+    """Ingestion's sums, minimums and maximums, and at query time doubleMean and the *Any aggregators: over a column
+    or an expression."""
 
     type: Literal[NUMERIC_AGGREGATORS]  # type: ignore[valid-type]
-    field_name: str | None = None
-    expression: str | None = None
-
-    @model_validator(mode="after")
-    def _one_input(self) -> NumericAggregator:
-        if (self.field_name is None) == (self.expression is None):
-            raise ValueError(f"aggregator '{self.name}' needs exactly one of fieldName and expression")
-        return self
 
 
-class FirstLastAggregator(_NamedAggregator):
-    type: Literal[
-        "longFirst", "longLast", "doubleFirst", "doubleLast", "floatFirst", "floatLast", "stringFirst", "stringLast",
-        "stringAny",
-    ]
-    field_name: str
-    time_column: str = "__time"
-    max_string_bytes: int | None = None
+class FirstLastAggregator(FirstLastAggregatorSpec):
+    """Ingestion's first/last aggregators, and at query time stringAny."""
+
+    type: Literal[FIRST_LAST_AGGREGATORS]  # type: ignore[valid-type]
     aggregate_multiple_values: bool | None = None
 
 
