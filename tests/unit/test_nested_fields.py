@@ -90,6 +90,8 @@ def test_the_query_reads_the_field_column_and_star_does_not_show_it(files):
                 "SELECT *, JSON_VALUE(payload, '$.device') AS d FROM events"):
         result = engine.execute(f"{sql} ORDER BY __time LIMIT 1", files)
         assert [c for c in result.columns if c != "d"] == ["__time", "payload", "n"], sql
+    unnamed = engine.execute("SELECT JSON_VALUE(payload, '$.device'), COUNT(*) FROM events GROUP BY 1", files)
+    assert unnamed.columns == ["EXPR$0", "EXPR$1"]  # named as Druid names a function's output, not as the field
     joined = _rows(engine, "SELECT JSON_VALUE(a.payload, '$.device') AS d, COUNT(*) FROM events a JOIN events b "
                            "ON a.__time = b.__time GROUP BY 1 ORDER BY 1", files)
     assert joined == [(None, 9), ("desktop", 4), ("phone", 8)]  # each time twice (two files): 2 x 2 rows

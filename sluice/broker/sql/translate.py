@@ -143,12 +143,13 @@ def translate_query(sql: str, tables: Collection[str], context: Mapping[str, Any
         mark_complex_columns(statement, {source: {name: kind for name, kind in columns.items()
                                                   if kind not in (MULTI_VALUE, NESTED_FIELD)}
                                          for source, columns in kinds.items()})
-        read_field_columns(statement, {source: [name for name, kind in columns.items() if kind == NESTED_FIELD]
-                                       for source, columns in kinds.items()})
         rewrite_multi_value(statement, {source: [name for name, kind in columns.items() if kind == MULTI_VALUE]
                                         for source, columns in kinds.items()}, query_context.multi_value_unnesting)
     constant_pi(statement)
     _name_projections(statement)
+    if complex_columns is not None:  # after naming: a JSON_VALUE read from its field column is still EXPR$n
+        read_field_columns(statement, {source: [name for name, kind in columns.items() if kind == NESTED_FIELD]
+                                       for source, columns in kinds.items()})
     rewrite_windows(statement)
     statement = group_lookup_keys_first(statement)
     rewrite_druid_functions(statement, query_context.session)
