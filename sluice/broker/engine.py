@@ -42,15 +42,15 @@ from sluice.broker.limits import DEFAULT_MAX_RESULT_BYTES
 from sluice.broker.functions.rewrite import Zone
 from sluice.broker.functions.lookups import relation
 from sluice.broker.functions import bloom, python_functions, sketches, tdigest
-from sluice.broker.sql.complex_types import COMPLEX_KINDS, arrow_complex_type, complex_type
+from sluice.broker.sql.complex_types import COMPLEX_KINDS, arrow_complex_type, complex_type, struct_field
 from sluice.broker.sql.multi_value import JOIN_UNSUPPORTED, MULTI_VALUE, is_output, row_value
-from sluice.broker.sql.nested_fields import NESTED_FIELD, field_column, indexed_fields, view_fields
+from sluice.broker.sql.nested_fields import NESTED_FIELD, field_column, indexed_fields, json_document, view_fields
 from sluice.broker.functions.sketches import to_base64
 from sluice.broker.sql.translate import DUCKDB_SETTINGS, TIME_COLUMN, Translation, translate_query
 from sluice.broker.system_tables import SystemTable
 from sluice.lookups.references import LookupExtractor, LookupLoadError
 from sluice.segment.columns import ARRAY_FIELD, is_multi_value, is_string_array
-from sluice.segment.nested import JSON_FIELD, is_json_column
+from sluice.segment.nested import is_json_column
 from sluice.segment.segment import Interval
 
 
@@ -382,15 +382,12 @@ def _scan(schema: pa.Schema, files: list[str], intervals: tuple[Interval, ...], 
         # make_timestamp(epoch_us(t)) is the same instant as CAST(t AS TIMESTAMP) in UTC, without ICU.
         micros = exp.Anonymous(this="EPOCH_US", expressions=[exp.column(TIME_COLUMN)])
         replaced.append(exp.alias_(exp.Anonymous(this="MAKE_TIMESTAMP", expressions=[micros]), TIME_COLUMN))
-    for field in schema:  # a json dimension is stored as the one-field struct {json: text}: read as JSON
-        if is_json_column(field.type):
-            text = exp.Anonymous(this="STRUCT_EXTRACT", expressions=[exp.column(field.name, quoted=True),
-                                                                    exp.Literal.string(JSON_FIELD)])
-            replaced.append(exp.alias_(exp.cast(text, exp.DataType.build("JSON", dialect="duckdb")), field.name,
-                                       quoted=True))
+    for field in schema:
+        if is_json_column(field.type):  # a struct of its text and field columns: read as JSON
+            replaced.append(exp.alias_(json_document(exp.column(field.name, quoted=True)), field.name, quoted=True))
         elif is_string_array(field.type):  # an ARRAY<STRING>, stored in a struct not to be read as multi-value
-            replaced.append(exp.alias_(exp.Anonymous(this="STRUCT_EXTRACT", expressions=[
-                exp.column(field.name, quoted=True), exp.Literal.string(ARRAY_FIELD)]), field.name, quoted=True))
+            replaced.append(exp.alias_(struct_field(exp.column(field.name, quoted=True), ARRAY_FIELD), field.name,
+                                       quoted=True))
         elif field.name in multi_value and not is_multi_value(field.type):  # a plain string of an older segment
             value = exp.column(field.name, quoted=True)
             present = exp.Not(this=exp.Is(this=value, expression=exp.null()))

@@ -65,9 +65,14 @@ def is_pair(kind: str | None) -> bool:
     return kind in PAIRS.values()
 
 
+def struct_field(value: exp.Expr, name: str) -> exp.Expr:
+    """A field of a struct value, as DuckDB reads one."""
+    return exp.Anonymous(this="STRUCT_EXTRACT", expressions=[value.copy(), exp.Literal.string(name)])
+
+
 def pair_part(pair: exp.Expr, part: str) -> exp.Expr:
-    """A pair's time (`lhs`) or value (`rhs`), as DuckDB reads a field of a struct."""
-    return exp.Anonymous(this="STRUCT_EXTRACT", expressions=[pair.copy(), exp.Literal.string(part)])
+    """A pair's time (`lhs`) or value (`rhs`)."""
+    return struct_field(pair, part)
 
 
 # ------------------------------------------------------------------------------------------------ column references

@@ -14,7 +14,7 @@ import pyarrow as pa
 from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
 
-from sluice.broker.sql.complex_types import selected_sources
+from sluice.broker.sql.complex_types import selected_sources, struct_field
 from sluice.broker.errors import SqlError
 from sluice.broker.functions.json_functions import json_value_text, parse_path
 from sluice.segment.nested import JSON_FIELD, field_columns, is_json_column, path_key
@@ -53,17 +53,17 @@ def _field_text(stored: pa.DataType | None, column: exp.Column, key: str) -> exp
     if stored is not None and is_json_column(stored):
         held = field_columns(stored)
         if key in held:
-            field = _struct_field(column, key)
+            field = struct_field(column, key)
             return field if pa.types.is_string(held[key]) else exp.cast(field, _VARCHAR)
-        text = exp.cast(_struct_field(column, JSON_FIELD), exp.DataType.build("JSON", dialect="duckdb"))
-        return json_value_text(text, exp.Literal.string(key))
+        return json_value_text(json_document(column), exp.Literal.string(key))
     if stored is not None and pa.types.is_string(stored):  # a string dimension in older files: its text as JSON
         return json_value_text(column, exp.Literal.string(key))
     return exp.cast(exp.null(), _VARCHAR)
 
 
-def _struct_field(column: exp.Column, name: str) -> exp.Expr:
-    return exp.Anonymous(this="STRUCT_EXTRACT", expressions=[column.copy(), exp.Literal.string(name)])
+def json_document(column: exp.Column) -> exp.Expr:
+    """A json dimension's stored value (its struct) as the JSON document a query reads."""
+    return exp.cast(struct_field(column, JSON_FIELD), exp.DataType.build("JSON", dialect="duckdb"))
 
 
 def read_field_columns(statement: exp.Expr, fields: Mapping[str, Collection[str]]) -> None:

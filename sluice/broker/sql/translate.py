@@ -138,8 +138,11 @@ def translate_query(sql: str, tables: Collection[str], context: Mapping[str, Any
     for table in data_source_tables:
         intervals.setdefault(table.name, []).extend(table_intervals(table, zone, planned))
     united = {source: unite(found) for source, found in sorted(intervals.items())}
+    fields: dict[str, list[str]] = {}  # the view's field columns of json dimensions, by data source
     if complex_columns is not None:
         kinds = {source: complex_columns(source, found) for source, found in united.items()}
+        fields = {source: [name for name, kind in columns.items() if kind == NESTED_FIELD]
+                  for source, columns in kinds.items()}
         mark_complex_columns(statement, {source: {name: kind for name, kind in columns.items()
                                                   if kind not in (MULTI_VALUE, NESTED_FIELD)}
                                          for source, columns in kinds.items()})
@@ -147,9 +150,7 @@ def translate_query(sql: str, tables: Collection[str], context: Mapping[str, Any
                                         for source, columns in kinds.items()}, query_context.multi_value_unnesting)
     constant_pi(statement)
     _name_projections(statement)
-    if complex_columns is not None:  # after naming: a JSON_VALUE read from its field column is still EXPR$n
-        read_field_columns(statement, {source: [name for name, kind in columns.items() if kind == NESTED_FIELD]
-                                       for source, columns in kinds.items()})
+    read_field_columns(statement, fields)  # after naming: a JSON_VALUE read from its field column is still EXPR$n
     rewrite_windows(statement)
     statement = group_lookup_keys_first(statement)
     rewrite_druid_functions(statement, query_context.session)
