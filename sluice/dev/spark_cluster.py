@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 import pyspark
 
+from sluice.dev.machines import own_machine
 from sluice.dev.tansu import die_with_parent_hook
 
 __all__ = ["SparkCluster", "SparkClusterError", "SparkWorker", "run"]
@@ -90,9 +91,13 @@ class SparkCluster:
     stops every JVM it started (and their executors) whatever happens inside it."""
 
     def __init__(self, work_dir: Path, workers: int = 2, cores: int = 1, memory: str = "1g",
-                 timeout_s: float = 120.0, port: int | None = None) -> None:
-        """`port`: the master's (default: a free one)."""
+                 timeout_s: float = 120.0, port: int | None = None, *,
+                 machines: tuple[Sequence[Path], Sequence[Path]] | None = None) -> None:
+        """`port`: the master's (default: a free one). `machines`: run each worker on a machine of its own
+        (`sluice.dev.machines`) that sees its own folders and the first of these (shared mounts), and not the second
+        (other machines' folders) nor the other workers'; by default the workers share this host's disk."""
         self.work_dir = work_dir
+        self._machines = machines
         self.port = port or _free_port()
         self.web_ui_port = _free_port()
         self.master_url = f"spark://{_HOST}:{self.port}"
@@ -135,7 +140,8 @@ class SparkCluster:
         process = self._spawn(_WORKER, [self.master_url, "--host", host, "--port", "0", "--webui-port", "0",
                                         "--cores", str(self._cores), "--memory", self._memory,
                                         "--work-dir", str(work_dir)],
-                              {"SPARK_WORKER_DIR": str(work_dir), "SPARK_LOCAL_DIRS": str(local_dirs)}, log_path)
+                              {"SPARK_WORKER_DIR": str(work_dir), "SPARK_LOCAL_DIRS": str(local_dirs)}, log_path,
+                              on_a_machine_of_its_own=work_dir)
         self.workers.append(SparkWorker(host, work_dir, process, log_path))
         return self.workers[-1]
 
@@ -165,12 +171,17 @@ class SparkCluster:
             for pid in worker.executors():
                 _kill(pid)
 
-    def _spawn(self, main_class: str, args: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    def _spawn(self, main_class: str, args: list[str], env: dict[str, str], log_path: Path,
+               on_a_machine_of_its_own: Path | None = None) -> subprocess.Popen[bytes]:
         spark_class = _SPARK_HOME / "bin" / "spark-class"
         environment = {**os.environ, "SPARK_HOME": str(_SPARK_HOME), **env}
+        command = [str(spark_class), main_class, *args]
+        if on_a_machine_of_its_own and self._machines:
+            shared, others = self._machines
+            command = own_machine(command, own=(on_a_machine_of_its_own, *shared), others=(*others, self.work_dir))
         with log_path.open("ab") as log:
-            # spark-class execs the JVM: the pid is the JVM's, the leader of a new process group
-            return subprocess.Popen([str(spark_class), main_class, *args], stdout=log, stderr=subprocess.STDOUT,
+            # spark-class execs the JVM, as unshare and sh do: the pid is the JVM's, the leader of a new process group
+            return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=environment, start_new_session=True,
                                     preexec_fn=die_with_parent_hook())
 
@@ -180,7 +191,7 @@ class SparkCluster:
         while time.monotonic() < deadline:
             for process in [self.master, *(w.process for w in workers)]:
                 if process is not None and process.poll() is not None:
-                    raise SparkClusterError(f"a Spark JVM exited ({process.args[1]}) while waiting for {what}")
+                    raise SparkClusterError(f"a Spark JVM exited ({next(a for a in process.args if a in (_MASTER, _WORKER))}) while waiting for {what}")
             if ready(self.state()):
                 return
             time.sleep(0.5)

@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from sluice.spec.batch import HashedPartitionsSpec, RangePartitionsSpec, SingleDimPartitionsSpec
 from sluice.spec.expressions import quote_identifier
 from sluice.task.ingest_plan import TIME
+from sluice.task.spark_files import write_parquet
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ def shard_rows(rows: DataFrame, spec: HashedPartitionsSpec | SingleDimPartitions
 
 
 def write_shards(rows: DataFrame, staging_dir: Path) -> list[ShardedFile]:
-    rows.write.mode("overwrite").partitionBy("__bucket", "__shard").parquet(str(staging_dir))
+    write_parquet(rows, staging_dir, partition_by=["__bucket", "__shard"])
     files = []
     for path in sorted(staging_dir.glob("__bucket=*/__shard=*/*.parquet")):
         files.append(ShardedFile(int(path.parent.parent.name.split("=", 1)[1]), int(path.parent.name.split("=", 1)[1]),

@@ -41,6 +41,7 @@ from sluice.task.ingest_plan import (
     json_sql,
 )
 from sluice.stream.kafka_ranges import KEY_ERROR, MESSAGE, METADATA_PREFIX
+from sluice.task.spark_files import read_parquet, write_parquet
 from sluice.task.stats import RowStats
 
 if TYPE_CHECKING:
@@ -172,7 +173,7 @@ class RowPipeline:
         _write_persist(self.rolled_up(rows, rollup), target)
         discovered: tuple[str, ...] = ()
         if self.plan.discovery:
-            entries = self.spark.read.parquet(str(target))
+            entries = read_parquet(self.spark, [target])
             drawn_out, discovered = _drawn_out(entries, len(self._persist_columns().keys),
                                                multi_values=not self.plan.discovery.typed)
             _write_persist(drawn_out, persist_dir)
@@ -206,7 +207,7 @@ class RowPipeline:
         # and longs; the files are written again (reading the source again could read other records)
         if result.multi_values or _json_columns(aggregated):
             final = staging_dir.with_name(f"{staging_dir.name}-final")
-            rows = _as_lists(self.spark.read.parquet(str(staging_dir)), result.multi_values)
+            rows = _as_lists(read_parquet(self.spark, [staging_dir]), result.multi_values)
             _write_buckets(with_field_columns(rows).repartition("__bucket"), max_rows_per_segment, final)
             shutil.rmtree(staging_dir)
             final.rename(staging_dir)
@@ -290,8 +291,8 @@ class RowPipeline:
         their segmentGranularity bucket. Rows of one bucket are in one Spark partition."""
         plan = self.plan
         # persists that discovered different dimensions are read as one table of all of them (null where absent)
-        rows = self.spark.read.option("mergeSchema", plan.discovery is not None).parquet(
-            *(str(d) for d in persist_dirs)).withColumn("__bucket", _bucket_millis(segment_granularity))
+        rows = read_parquet(self.spark, persist_dirs, merge_schema=plan.discovery is not None).withColumn(
+            "__bucket", _bucket_millis(segment_granularity))
         discovered = sorted(c for c in rows.columns if c not in {TIME, "__bucket", *plan.dimensions, *plan.metrics})
         inferred = [*plan.auto_dimensions, *(discovered if plan.discovery and plan.discovery.typed else [])]
         if inferred:
@@ -360,7 +361,7 @@ def multi_value_mask(kept: str, names: Sequence[str]) -> Column:
 
 
 def _write_persist(rows: DataFrame, persist_dir: Path) -> None:
-    rows.write.mode("overwrite").option("parquet.enable.dictionary", "false").parquet(str(persist_dir))
+    write_parquet(rows, persist_dir, dictionary=False)
 
 
 def _drawn_out(rows: DataFrame, keys: int, multi_values: bool) -> tuple[DataFrame, tuple[str, ...]]:
@@ -451,8 +452,8 @@ def write_segment_files(rows: DataFrame, segment_granularity: Granularity, max_r
 
 def _write_buckets(rows: DataFrame, max_rows_per_segment: int, staging_dir: Path) -> None:
     """One directory per `__bucket`, files of at most maxRowsPerSegment rows sorted by time: the segments."""
-    (rows.sortWithinPartitions("__bucket", TIME).write.mode("overwrite")
-     .option("maxRecordsPerFile", max_rows_per_segment).partitionBy("__bucket").parquet(str(staging_dir)))
+    write_parquet(rows.sortWithinPartitions("__bucket", TIME), staging_dir, partition_by=["__bucket"],
+                  max_rows_per_file=max_rows_per_segment)
 
 
 def with_field_columns(rows: DataFrame) -> DataFrame:

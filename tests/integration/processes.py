@@ -13,15 +13,17 @@ from pathlib import Path
 
 import httpx
 
+from sluice.dev.machines import own_machine
 from tests.integration.harness import free_port, wait_for
 
 
 class SluiceProcess:
     def __init__(self, role: str, work_dir: Path, metadata_uri: str, *args: str, name: str | None = None,
-                 hidden: tuple[Path, ...] = ()) -> None:
-        """`name`: the node's own folder under `work_dir` (default: the role's), for two nodes of one role. `hidden`:
-        folders this process cannot see, as on a machine of its own (an empty tmpfs over each, in a mount namespace
-        of the process's own; `unshare` replaces itself with the node, so the pid is the node's)."""
+                 hidden: tuple[Path, ...] = (), shared: tuple[Path, ...] = ()) -> None:
+        """`name`: the node's own folder under `work_dir` (default: the role's), for two nodes of one role. With
+        `hidden` (folders of other machines) the node runs on a machine of its own (`sluice.dev.machines`): it sees
+        `work_dir`, the `shared` folders (shared mounts) and Sluice's installation, not these folders nor the rest of
+        /tmp."""
         self.role = role
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -30,11 +32,7 @@ class SluiceProcess:
                          "--work-dir", str(work_dir / (name or role)), "--metadata-uri", metadata_uri,
                          "--deep-storage", (work_dir / "deep-storage").as_uri(), *args]
         if hidden:
-            for folder in hidden:
-                folder.mkdir(parents=True, exist_ok=True)
-            mounts = " && ".join(f"mount -t tmpfs tmpfs '{folder}'" for folder in hidden)
-            self._command = ["unshare", "-m", "--propagation", "private", "sh", "-c", f'{mounts} && exec "$@"',
-                             "sh", *self._command]
+            self._command = own_machine(self._command, own=(work_dir, *shared), others=hidden)
         self.process: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0) -> SluiceProcess:

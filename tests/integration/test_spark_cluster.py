@@ -1,11 +1,13 @@
 """Sluice on a Spark standalone cluster: a master and two 1-core workers on loopback (`sluice.dev.spark_cluster`), and
 a `sluice start --spark-master spark://…` node whose every job runs on their executors (a node of its own: a
-process has one SparkSession, and the tests' is in local mode).
+process has one SparkSession, and the tests' is in local mode). The node and each worker run as on machines that share
+no disk (`sluice.dev.machines`): none sees the others' folders nor /tmp, so a file an executor wrote for the task, or
+read from the task's folder, would be missing; the task's files come and go as Arrow batches (`task/spark_files.py`).
 
 - Streaming: a Kafka supervisor's task reads on the executors; the committed offsets are the topic's end offsets and
   every valid event is counted once.
-- Batch: an index_parallel task over four local files, read by two readers on the executors; exact answers per
-  channel.
+- Batch: an index_parallel task over four local files on a shared mount, read by two readers on the executors; exact
+  answers per channel, with dynamic and with hashed partitions.
 - A worker dies (kill -9 of its JVM, its executor and the executor's Python workers, as when its machine dies) while
   both readers, one on each executor, are half-way through a file: Spark runs the lost reader again on the surviving
   executor, that file is read again from its start, and every row is counted once. Each worker has an address of its
@@ -15,6 +17,7 @@ process has one SparkSession, and the tests' is in local mode).
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -29,7 +32,7 @@ import sluice
 from sluice.dev.sample_data import generate, produce
 from sluice.dev.spark_cluster import SparkCluster
 from sluice.task.spark_session import cluster_settings
-from tests.integration.harness import supervisor_spec, wait_for
+from tests.integration.harness import sql, supervisor_spec, wait_for
 from tests.integration.processes import SluiceProcess
 from tests.integration.test_batch_faults import write_files
 from tests.integration.test_batch_ingestion import by_channel, ndjson, rows, run, task, totals
@@ -38,9 +41,25 @@ from tests.integration.test_workers import reading_to, terminate_and_check
 TASKS = "/druid/indexer/v1"
 
 
+@dataclass(frozen=True)
+class Machines:
+    """Where each machine's folders are: the node's, the Spark cluster's (each worker sees only its own), and a
+    shared mount that all of them see (where a local input source's files are, as on a cluster)."""
+
+    node: Path
+    spark: Path
+    shared_mount: Path
+
+
 @pytest.fixture(scope="module")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
-    with SparkCluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
+def machines(tmp_path_factory: pytest.TempPathFactory) -> Machines:
+    root = tmp_path_factory.mktemp("share-nothing")
+    return Machines(root / "node", root / "spark", root / "shared-mount")
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(machines: Machines) -> Iterator[SparkCluster]:
+    with SparkCluster(machines.spark, machines=((machines.shared_mount,), (machines.node,))) as cluster:
         yield cluster
 
 
@@ -51,11 +70,12 @@ class NodeOnCluster:
 
 
 @pytest.fixture(scope="module")
-def cluster_node(spark_cluster: SparkCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeOnCluster]:
-    """An all-in-one node whose Spark application runs on the cluster, an executor on each worker."""
-    work_dir = tmp_path_factory.mktemp("sluice-on-cluster")
-    uri = f"sqlite:///{work_dir / 'metadata.db'}"
-    node = NodeOnCluster(SluiceProcess("start", work_dir, uri, "--spark-master", spark_cluster.master_url), uri)
+def cluster_node(spark_cluster: SparkCluster, machines: Machines) -> Iterator[NodeOnCluster]:
+    """An all-in-one node whose Spark application runs on the cluster, an executor on each worker; on a machine of
+    its own, which does not see the workers' folders, nor they its."""
+    uri = f"sqlite:///{machines.node / 'metadata.db'}"
+    node = NodeOnCluster(SluiceProcess("start", machines.node, uri, "--spark-master", spark_cluster.master_url,
+                                       hidden=(machines.spark,), shared=(machines.shared_mount,)), uri)
     try:
         node.process.start(timeout=300)  # its Spark application, and a warm-up job on the executors
         wait_for(lambda: executors_on_every_worker(spark_cluster), 120, "an executor on each worker")
@@ -97,14 +117,24 @@ def test_a_supervisor_on_the_cluster_counts_every_event_once(cluster_node, kafka
 
 
 @pytest.mark.spark
-def test_a_batch_task_on_the_cluster_gives_exact_answers(cluster_node, tmp_path: Path) -> None:
-    events = write_files(tmp_path / "input", files=4, per_file=1_500)
-    payload = task("spark_cluster_batch", {"type": "local", "baseDir": str(tmp_path / "input"), "filter": "*.json"},
-                   {"type": "json"})
+@pytest.mark.parametrize("partitions_spec", [{"type": "dynamic"}, {"type": "hashed", "numShards": 2}])
+def test_a_batch_task_on_the_cluster_gives_exact_answers(cluster_node, machines: Machines,
+                                                         partitions_spec: dict[str, Any]) -> None:
+    """Its files on a shared mount, as a local input source's must be on a cluster; hashed partitions are written
+    as shards (`partitioning.write_shards`), dynamic ones as buckets."""
+    ds = f"spark_cluster_{partitions_spec['type']}"
+    input_dir = machines.shared_mount / ds
+    events = write_files(input_dir, files=4, per_file=1_500)
+    payload = task(ds, {"type": "local", "baseDir": str(input_dir), "filter": "*.json"}, {"type": "json"},
+                   tuning={"partitionsSpec": partitions_spec,
+                           "forceGuaranteedRollup": partitions_spec["type"] != "dynamic"})
     with cluster_node.process.client() as http:
         result = run(http, payload)
         assert result["report"]["payload"]["rowStats"]["buildSegments"]["processed"] == len(events)
-        assert by_channel(http, "spark_cluster_batch") == totals(events)
+        assert by_channel(http, ds) == totals(events)
+        segments = sql(http, f"SELECT shard_spec FROM sys.segments WHERE datasource = '{ds}'")
+        kind = "numbered" if partitions_spec["type"] == "dynamic" else "hashed"
+        assert {json.loads(s["shard_spec"])["type"] for s in segments} == {kind}
 
 
 class _GatedFiles(ThreadingHTTPServer):
