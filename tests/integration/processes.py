@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -19,12 +19,13 @@ from tests.integration.harness import free_port, wait_for
 
 class SluiceProcess:
     def __init__(self, role: str, work_dir: Path, metadata_uri: str, *args: str, name: str | None = None,
-                 hidden: tuple[Path, ...] = (), shared: tuple[Path, ...] = ()) -> None:
+                 hidden: tuple[Path, ...] = (), shared: tuple[Path, ...] = (), env: Mapping[str, str] = {}) -> None:
         """`name`: the node's own folder under `work_dir` (default: the role's), for two nodes of one role. With
         `hidden` (folders of other machines) the node runs on a machine of its own (`sluice.dev.machines`): it sees
         `work_dir`, the `shared` folders (shared mounts) and Sluice's installation, not these folders nor the rest of
-        /tmp."""
+        /tmp. `env`: added to the test's environment."""
         self.role = role
+        self._env = dict(env)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = work_dir / f"{role}-{self.port}.log"
@@ -44,7 +45,7 @@ class SluiceProcess:
         healthy about 20 s sooner, its first read a few seconds slower."""
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(self._command, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, env=os.environ | (
+                                            stdin=subprocess.DEVNULL, env=os.environ | self._env | (
                                                 {"sluice_spark_warmUp": "false"} if self.role == "start" else {}))
 
     def wait_healthy(self, timeout: float = 60.0) -> SluiceProcess:
