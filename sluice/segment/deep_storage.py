@@ -10,13 +10,15 @@ an S3 object only appears once its upload completes. That matters because a task
 it publishes, and a published loadSpec must always point at a whole file.
 
 Files in remote deep storage are read from a local copy (`SegmentCache`, Druid's segment cache),
-which holds at most a configured number of bytes.
+which holds at most a configured number of bytes. An S3 loadSpec carries the file's SHA-256 (``sha256``), taken as
+it was pushed: a copy whose bytes differ (a truncated or corrupted download) is thrown away and fetched again,
+once, before the read fails.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
-import shutil
 import tempfile
 import threading
 import uuid
@@ -213,16 +215,24 @@ class S3DeepStorage(DeepStorage):
     def push(self, local_file: Path, segment_id: SegmentId, *, unique_path: bool = False) -> dict[str, Any]:
         key = "/".join(filter(None, [self.prefix, storage_dir(segment_id, unique_path), SEGMENT_FILE_NAME]))
         with open(local_file, "rb") as source, self._fs.open_output_stream(f"{self.bucket}/{key}") as sink:
-            shutil.copyfileobj(source, sink, _COPY_BUFFER)
-        return {"type": "s3", "bucket": self.bucket, "key": key}
+            digest = _copy(source, sink)
+        return {"type": "s3", "bucket": self.bucket, "key": key, "sha256": digest}
 
     def fetch(self, load_spec: Mapping[str, Any], cache_dir: Path) -> Path:
-        """The copy in ``cache_dir/bucket/key``, downloaded if the cache does not hold it."""
+        """The copy in ``cache_dir/bucket/key``, downloaded if the cache does not hold it, and checked against the
+        loadSpec's ``sha256`` where it has one (segments pushed before it was recorded have none)."""
         bucket, key = self.location(load_spec)
+        expected = load_spec.get("sha256")
 
         def download(target: Path) -> None:
-            with self._fs.open_input_stream(f"{bucket}/{key}") as source:
-                _write_atomically(source, target)
+            for attempt in (1, 2):
+                with self._fs.open_input_stream(f"{bucket}/{key}") as source:
+                    digest = _write_atomically(source, target, expected)
+                if expected is None or digest == expected:
+                    return
+                if attempt == 2:
+                    raise SegmentChecksumError(f"s3://{bucket}/{key}: downloaded twice, its SHA-256 was {digest} "
+                                               f"both times, not {expected} as when it was pushed")
 
         return SegmentCache.at(cache_dir, self.cache_max_bytes).get(f"{bucket}/{key}", download)
 
@@ -344,17 +354,33 @@ def _is_segment_file(name: str) -> bool:
     return name == SEGMENT_FILE_NAME or (name.startswith(f".{SEGMENT_FILE_NAME}.") and name.endswith(".tmp"))
 
 
-def _write_atomically(source: BinaryIO | pa.NativeFile, target: Path) -> None:
-    """Write ``target`` under a temporary name, then rename: readers see no file or a whole one."""
+class SegmentChecksumError(OSError):
+    """A downloaded segment file is not the one that was pushed."""
+
+
+def _copy(source: BinaryIO | pa.NativeFile, sink: Any) -> str:
+    """Copy everything; return the bytes' SHA-256 (hex)."""
+    digest = hashlib.sha256()
+    while chunk := source.read(_COPY_BUFFER):
+        digest.update(chunk)
+        sink.write(chunk)
+    return digest.hexdigest()
+
+
+def _write_atomically(source: BinaryIO | pa.NativeFile, target: Path, expected_sha256: str | None = None) -> str:
+    """Write ``target`` under a temporary name, then rename: readers see no file or a whole one. Return the bytes'
+    SHA-256; when it is not `expected_sha256`, nothing is written."""
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
     try:
         with open(temporary, "wb") as sink:
-            shutil.copyfileobj(source, sink, _COPY_BUFFER)
+            digest = _copy(source, sink)
             # The rename may reach the disk before the data: flush the bytes first so a crash
             # never leaves a whole-looking name over a short file.
             sink.flush()
             os.fsync(sink.fileno())
-        os.replace(temporary, target)
+        if expected_sha256 is None or digest == expected_sha256:
+            os.replace(temporary, target)
+        return digest
     finally:
         temporary.unlink(missing_ok=True)

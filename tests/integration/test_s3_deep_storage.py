@@ -1,9 +1,10 @@
 """S3 deep storage against a real S3-compatible server (moto's, on loopback): segments pushed in Druid's layout,
-fetched into the local segment cache once, served from the cache afterwards, evicted beyond the cache's limit, and
-read by the broker through the cache."""
+fetched into the local segment cache once (checked against the SHA-256 taken at the push), served from the cache
+afterwards, evicted beyond the cache's limit, and read by the broker through the cache."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,7 +17,7 @@ from moto.server import ThreadedMotoServer
 
 from sluice.broker.broker import Broker
 from sluice.metadata.store import MetadataStore
-from sluice.segment.deep_storage import DeepStorage, S3DeepStorage
+from sluice.segment.deep_storage import DeepStorage, S3DeepStorage, SegmentChecksumError
 from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
 from tests.integration.harness import free_port
 
@@ -60,7 +61,8 @@ def test_a_segment_is_downloaded_once_then_served_from_the_cache(endpoint: str, 
     path, segment_id = _segment_file(tmp_path, 0, ["Cat", "Dog"])
     load_spec = storage.push(path, segment_id)
     assert load_spec == {"type": "s3", "bucket": BUCKET, "key": "druid/segments/wiki/2015-09-12T00:00:00.000Z_"
-                         "2015-09-12T01:00:00.000Z/2026-01-01T00:00:00.000Z/0/index.parquet"}
+                         "2015-09-12T01:00:00.000Z/2026-01-01T00:00:00.000Z/0/index.parquet",
+                         "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
 
     cache = tmp_path / "cache"
     local = storage.fetch(load_spec, cache)
@@ -71,6 +73,24 @@ def test_a_segment_is_downloaded_once_then_served_from_the_cache(endpoint: str, 
     assert storage.fetch(load_spec, cache) == local
     assert pq.read_table(local).column("page").to_pylist() == ["Cat", "Dog"]
     storage.delete(load_spec)  # deleting again is not an error
+
+
+def test_a_download_that_is_not_the_pushed_file_is_refused_and_not_cached(endpoint: str, tmp_path: Path) -> None:
+    storage = _storage(endpoint, "corrupted", cache_max_bytes=1 << 20)
+    path, segment_id = _segment_file(tmp_path, 0, ["Cat", "Dog"])
+    load_spec = storage.push(path, segment_id)
+    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test", aws_secret_access_key="test",
+                          region_name="us-east-1")
+    client.put_object(Bucket="corrupted", Key=load_spec["key"], Body=path.read_bytes()[:-100])  # truncated
+    cache = tmp_path / "cache"
+    with pytest.raises(SegmentChecksumError, match=f"not {load_spec['sha256']} as when it was pushed"):
+        storage.fetch(load_spec, cache)
+    assert not [p for p in cache.rglob("*") if p.is_file()]
+
+    client.put_object(Bucket="corrupted", Key=load_spec["key"], Body=path.read_bytes())  # repaired
+    assert storage.fetch(load_spec, cache).read_bytes() == path.read_bytes()
+    unchecked = {k: v for k, v in load_spec.items() if k != "sha256"}  # pushed before checksums were recorded
+    assert storage.fetch(unchecked, tmp_path / "other-cache").read_bytes() == path.read_bytes()
 
 
 def test_the_cache_evicts_the_least_recently_used_segments_beyond_its_limit(endpoint: str, tmp_path: Path) -> None:
