@@ -237,8 +237,19 @@ class Broker:
                     current = replace(current, taken=time.monotonic(), realtime=realtime)
                 else:
                     current = _take_snapshot(used, realtime)
+                    if self._current is not None:
+                        self._drop_copies(self._current, current)
                 self._current = current
             return current
+
+    def _drop_copies(self, before: _Snapshot, now: _Snapshot) -> None:
+        """Drop the local copies of segments the timeline no longer shows (overshadowed, or unused), as Druid's
+        historicals drop them: a query still reading one on the earlier snapshot runs again on this one."""
+        shown = {segment.id for segments in now.visible.values() for segment in segments}
+        for segments in before.visible.values():
+            for segment in segments:
+                if segment.id not in shown and self._local_paths.pop(segment.id, None) is not None:
+                    self._deep_storage.drop_copy(segment.load_spec, self._cache_dir)
 
     # ----------------------------------------------------------------------------------------------- system tables
 

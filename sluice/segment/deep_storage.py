@@ -111,6 +111,9 @@ class DeepStorage(ABC):
     def fetch(self, load_spec: Mapping[str, Any], cache_dir: Path) -> Path:
         """A local path holding the segment file, downloading into ``cache_dir`` if needed."""
 
+    def drop_copy(self, load_spec: Mapping[str, Any], cache_dir: Path) -> None:
+        """Delete the local copy `fetch` made in ``cache_dir``, if any: the segment is no longer read here."""
+
     def check_load_spec(self, load_spec: Mapping[str, Any]) -> None:
         """Raise ValueError unless the loadSpec names a file inside this deep storage: a published segment must not
         make the broker read, or a kill delete, anything else."""
@@ -236,6 +239,10 @@ class S3DeepStorage(DeepStorage):
 
         return SegmentCache.at(cache_dir, self.cache_max_bytes).get(f"{bucket}/{key}", download)
 
+    def drop_copy(self, load_spec: Mapping[str, Any], cache_dir: Path) -> None:
+        bucket, key = self.location(load_spec)
+        SegmentCache.at(cache_dir, self.cache_max_bytes).drop(f"{bucket}/{key}")
+
     def delete(self, load_spec: Mapping[str, Any]) -> None:
         bucket, key = self.location(load_spec)
         try:
@@ -317,6 +324,12 @@ class SegmentCache:
             entries.move_to_end(key)
             self._evict(keep=key)
         return target
+
+    def drop(self, key: str) -> None:
+        """Delete the copy of ``key``, if there is one."""
+        with self._lock:
+            self._entries().pop(key, None)
+            _remove_with_empty_folders(self.root / key, self.root)
 
     def _entries(self) -> OrderedDict[str, int]:
         if self._sizes is None:

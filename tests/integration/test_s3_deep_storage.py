@@ -1,6 +1,7 @@
 """S3 deep storage against a real S3-compatible server (moto's, on loopback): segments pushed in Druid's layout,
 fetched into the local segment cache once (checked against the SHA-256 taken at the push), served from the cache
-afterwards, evicted beyond the cache's limit, and read by the broker through the cache."""
+afterwards, evicted beyond the cache's limit, read by the broker through the cache, and dropped from it once a new
+version overshadows the segment."""
 
 from __future__ import annotations
 
@@ -125,10 +126,24 @@ def test_the_broker_answers_from_segments_in_s3(endpoint: str, tmp_path: Path) -
     metadata = MetadataStore(f"sqlite:///{tmp_path / 'metadata.db'}")
     metadata.create_tables()
     assert metadata.commit_segments_and_metadata(segments, "wiki", None, None).success
-    broker = Broker(metadata, storage, tmp_path / "cache")
+    broker = Broker(metadata, storage, tmp_path / "cache", snapshot_ttl_s=0)
+
+    def cached_versions() -> list[str]:  # .../wiki/start_end/version/0/index.parquet
+        return sorted(p.parts[-3] for p in (tmp_path / "cache").rglob("*.parquet"))
+
+    pages = "SELECT page, COUNT(*) FROM wiki GROUP BY page ORDER BY page"
     try:
-        rows = broker.sql("SELECT page, COUNT(*) FROM wiki GROUP BY page ORDER BY page").rows
+        assert broker.sql(pages).rows == [("Cat", 2), ("Dog", 1)]
+        assert cached_versions() == ["2026-01-01T00:00:00.000Z"] * 2
+
+        # a new version of the first hour overshadows its segment: the broker drops its copy
+        (tmp_path / "v2").mkdir()
+        path, old_id = _segment_file(tmp_path / "v2", 0, ["Emu"])
+        new_id = SegmentId("wiki", old_id.interval, "2026-02-01T00:00:00.000Z", 0)
+        assert metadata.commit_segments_and_metadata([DataSegment(
+            id=new_id, dimensions=["page"], metrics=[], aggregators=[], shard_spec=numbered_shard_spec(0), num_rows=1,
+            size=path.stat().st_size, load_spec=storage.push(path, new_id))], "wiki", None, None).success
+        assert broker.sql(pages).rows == [("Cat", 1), ("Emu", 1)]
+        assert cached_versions() == ["2026-01-01T00:00:00.000Z", "2026-02-01T00:00:00.000Z"]
     finally:
         metadata.close()
-    assert rows == [("Cat", 2), ("Dog", 1)]
-    assert len([p for p in (tmp_path / "cache").rglob("index.parquet")]) == 2
