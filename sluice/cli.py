@@ -107,6 +107,12 @@ def main(argv: list[str] | None = None) -> None:
             from sluice.dev import spark_cluster
 
             sys.exit(spark_cluster.run(args.work_dir, args.workers, args.cores, args.memory, args.port))
+        if args.dev_command == "cluster":
+            from sluice.dev import cluster
+
+            sys.exit(cluster.run(cluster.ClusterLayout(
+                args.work_dir, args.overlords, args.workers, args.brokers, args.spark_workers, args.capacity,
+                share_nothing=args.share_nothing, free_ports=args.free_ports)))
         ends = produce.run(args.bootstrap_servers, args.topic, args.events, args.partitions)
         print(f"{args.events} sample events in topic {args.topic} on {args.bootstrap_servers}; end offsets: "
               + ", ".join(f"{p}: {o}" for p, o in sorted(ends.items())))
@@ -298,6 +304,23 @@ def build_parser() -> argparse.ArgumentParser:
     dev_spark.add_argument("--workers", type=int, default=2, help="(default: 2)")
     dev_spark.add_argument("--cores", type=int, default=1, help="of each worker (default: 1)")
     dev_spark.add_argument("--memory", default="1g", help="of each worker for its executors (default: 1g)")
+    dev_cluster = dev_commands.add_parser("cluster", parents=[common],
+                                          help="run Sluice's scale-out topology on this machine until Ctrl-C: "
+                                               "PostgreSQL, S3 (moto), Kafka (Tansu), a Spark cluster, overlords, "
+                                               "workers and brokers (docs/deployment.md)")
+    dev_cluster.add_argument("--work-dir", type=Path, default=Path("var/cluster"),
+                             help="every node's folder and log (default: var/cluster)")
+    dev_cluster.add_argument("--overlords", type=int, default=1, help="(default: 1; two elect a leader)")
+    dev_cluster.add_argument("--workers", type=int, default=2, help="(default: 2)")
+    dev_cluster.add_argument("--brokers", type=int, default=2, help="(default: 2)")
+    dev_cluster.add_argument("--spark-workers", type=int, default=2, help="(default: 2, of one core each)")
+    dev_cluster.add_argument("--capacity", type=int, default=2, help="task slots of each worker (default: 2)")
+    dev_cluster.add_argument("--share-nothing", action="store_true",
+                             help="each node and Spark worker as on a machine of its own (Linux, as root: a mount "
+                                  "namespace each, where the others' folders and /tmp are empty)")
+    dev_cluster.add_argument("--free-ports", action="store_true",
+                             help="every listener on a free port instead of Druid's (8090, 8091, 8082, +100 for a "
+                                  "second node), Kafka's 9092 and Spark's 7077")
     dev_produce = dev_commands.add_parser("produce", parents=[common],
                                           help="write sample Wikipedia edits (a few bad records among them) to a topic")
     dev_produce.add_argument("--bootstrap-servers", default="localhost:9092")

@@ -30,7 +30,7 @@ def spark() -> Iterator[SparkSession]:
 @pytest.fixture(scope="session")
 def postgres_uri() -> Iterator[str]:
     """A throwaway PostgreSQL server's URI (``postgresql+psycopg://``); skipped without PostgreSQL."""
-    from tests import pg
+    from sluice.dev import postgres as pg
 
     bin_dir = pg.find_bin_dir()
     if bin_dir is None:

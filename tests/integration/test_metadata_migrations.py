@@ -22,7 +22,7 @@ from sluice.metadata.store import MetadataStore
 def uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'metadata.db'}"
-    from tests import pg
+    from sluice.dev import postgres as pg
 
     return pg.fresh_database(request.getfixturevalue("postgres_uri"))
 

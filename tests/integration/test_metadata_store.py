@@ -18,7 +18,7 @@ from sqlalchemy import Table, create_engine, func, inspect, select
 from sluice.metadata import tables
 from sluice.metadata.store import EntryExistsError, MetadataStore, PublishResult, SegmentAllocationError, StreamOffsets
 from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
-from tests import pg
+from sluice.dev import postgres as pg
 
 T = TypeVar("T")
 HOUR_0 = Interval.parse("2015-09-12T00:00:00Z/2015-09-12T01:00:00Z")

@@ -15,7 +15,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from sluice.dev.sample_data import generate, produce
-from tests import pg
+from sluice.dev import postgres as pg
 from tests.integration.harness import free_port, sql, supervisor_spec, wait_for
 from tests.integration.processes import SluiceProcess, start_all, stop_all
 

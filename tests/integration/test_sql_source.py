@@ -23,7 +23,7 @@ from sluice.connectors import read_all
 from sluice.connectors.records import column_records_schema
 from sluice.connectors.sources.sql import BATCH_ROWS, CONNECT_RETRIES, SqlSource, SqlSourceError
 from sluice.spec.input_source import SqlInputSource
-from tests import pg
+from sluice.dev import postgres as pg
 from tests.integration.harness import free_port
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

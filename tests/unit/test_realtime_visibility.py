@@ -224,7 +224,7 @@ def metadata_uri(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'metadata.db'}"
         return
-    from tests import pg
+    from sluice.dev import postgres as pg
 
     bin_dir = pg.find_bin_dir()
     if bin_dir is None:

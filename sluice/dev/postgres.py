@@ -1,4 +1,4 @@
-"""A throwaway PostgreSQL server for integration tests, from Debian's PostgreSQL binaries.
+"""A throwaway PostgreSQL server for the integration tests and `sluice dev cluster`, from Debian's PostgreSQL binaries.
 
 ``initdb`` into a fresh temporary folder, trust authentication, listening on 127.0.0.1 at a free
 port and on a unix socket inside that folder. PostgreSQL refuses to run as root, so when the
@@ -18,8 +18,6 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-import psycopg
 
 SUPERUSER = "sluice"
 MISSING_REASON = "no PostgreSQL server binaries (initdb, pg_ctl) on PATH or in /usr/lib/postgresql/*/bin"
@@ -61,6 +59,8 @@ def postgres_server(bin_dir: Path) -> Iterator[str]:
 
 def fresh_database(server_uri: str) -> str:
     """Create an empty database on the server and return its URI (one per test keeps tests apart)."""
+    import psycopg  # the tests' (psycopg is in the test extra)
+
     name = f"test_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(server_uri.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
