@@ -314,7 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
     dev_cluster.add_argument("--workers", type=int, default=2, help="(default: 2)")
     dev_cluster.add_argument("--brokers", type=int, default=2, help="(default: 2)")
     dev_cluster.add_argument("--spark-workers", type=int, default=2, help="(default: 2, of one core each)")
-    dev_cluster.add_argument("--capacity", type=int, default=2, help="task slots of each worker (default: 2)")
+    dev_cluster.add_argument("--capacity", type=int, default=1,
+                             help="task slots of each worker (default: 1; each task's Spark application takes one "
+                                  "core of the Spark cluster)")
     dev_cluster.add_argument("--share-nothing", action="store_true",
                              help="each node and Spark worker as on a machine of its own (Linux, as root: a mount "
                                   "namespace each, where the others' folders and /tmp are empty)")

@@ -13,6 +13,7 @@ several machines.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -47,7 +48,7 @@ class ClusterLayout:
     workers: int = 2
     brokers: int = 2
     spark_workers: int = 2
-    worker_capacity: int = 2
+    worker_capacity: int = 1
     share_nothing: bool = False
     free_ports: bool = False
     kafka_port: int = 9092
@@ -89,12 +90,14 @@ def run(layout: ClusterLayout) -> int:
             spark = stack.enter_context(SparkCluster(
                 layout.work_dir / "spark", layout.spark_workers, port=None if layout.free_ports else layout.spark_port,
                 machines=((), tuple(folders.values())) if layout.share_nothing else None))
+            env |= {"SPARK_CONF_DIR": str(_spark_conf(shared))}
             nodes = [_start(layout, name, folders, shared, metadata_uri, deep_storage, spark.master_url, env)
                      for name in layout.names]
             stack.callback(_stop, nodes)
             for node in nodes:
                 _wait_healthy(node, layout.work_dir)
-            print(_summary(nodes, metadata_uri, deep_storage, kafka.bootstrap_servers, spark), flush=True)
+            print(_summary(nodes, metadata_uri, deep_storage, env.get("AWS_ENDPOINT_URL"), kafka.bootstrap_servers,
+                           spark), flush=True)
             while all(node.process.poll() is None for node in nodes):
                 time.sleep(1)
             gone = next(node for node in nodes if node.process.poll() is not None)
@@ -128,6 +131,7 @@ def _deep_storage(work_dir: Path) -> Iterator[tuple[str, dict[str, str]]]:
         print("no moto (pip install 'moto[server]'): deep storage is a local folder", file=sys.stderr)
         yield (work_dir / "deep-storage").as_uri(), {}
         return
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's server logs every request
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
@@ -139,6 +143,15 @@ def _deep_storage(work_dir: Path) -> Iterator[tuple[str, dict[str, str]]]:
         yield f"s3://{_BUCKET}/druid/segments", env
     finally:
         server.stop()
+
+
+def _spark_conf(shared: Path) -> Path:
+    """A standalone master gives an application every free core: one core per peon's application, so that every
+    task slot gets its own executor instead of waiting for the first application's cores."""
+    folder = shared / "spark-conf"
+    folder.mkdir(exist_ok=True)
+    (folder / "spark-defaults.conf").write_text("spark.cores.max 1\n")
+    return folder
 
 
 def _start(layout: ClusterLayout, name: str, folders: dict[str, Path], shared: Path, metadata_uri: str,
@@ -193,9 +206,11 @@ def _stop(nodes: list[_Node]) -> None:
                 node.process.wait()
 
 
-def _summary(nodes: list[_Node], metadata_uri: str, deep_storage: str, kafka: str, spark: SparkCluster) -> str:
+def _summary(nodes: list[_Node], metadata_uri: str, deep_storage: str, s3_endpoint: str | None, kafka: str,
+             spark: SparkCluster) -> str:
     lines = ["Sluice cluster ready (Ctrl-C stops it all):", f"  metadata store   {metadata_uri}",
-             f"  deep storage     {deep_storage}", f"  Kafka            {kafka}",
+             f"  deep storage     {deep_storage}" + (f" at {s3_endpoint}" if s3_endpoint else ""),
+             f"  Kafka            {kafka}",
              f"  Spark master     {spark.master_url} (web UI {spark.web_ui_url}), {len(spark.workers)} workers"]
     lines += [f"  {node.name:<16} {node.url}" for node in nodes]
     overlord = next(node.url for node in nodes if node.name.startswith("overlord"))
