@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import argparse
 import errno
+import json
 import logging
 import os
+import re
 import socket
 import sys
 from datetime import timedelta
@@ -191,7 +193,8 @@ def build_node_config(properties: Properties, emitter: EmitterConfig | None = No
         role_settings |= {"max_query_rows": read.integer("sluice.broker.maxQueryRows", None, minimum=0),
                           "max_query_bytes": read.integer("sluice.broker.maxQueryBytes", None, minimum=0),
                           "query_memory_limit": read.string("sluice.broker.queryMemoryLimit"),
-                          "load_max_rows": read.integer("sluice.broker.loadMaxRows", None, minimum=0)}
+                          "load_max_rows": read.integer("sluice.broker.loadMaxRows", None, minimum=0),
+                          "segment_cache": _segment_cache(read)}
     port = read.integer("druid.plaintextPort", None, minimum=1)
     if port is None or port > 65535:
         raise ConfigError(f"druid.plaintextPort: [{read.raw('druid.plaintextPort')}] is not a port number")
@@ -205,6 +208,34 @@ def build_node_config(properties: Properties, emitter: EmitterConfig | None = No
                       max_request_bytes=read.integer("sluice.server.http.maxRequestBytes", None, minimum=0),
                       request_logging=RequestLogConfig.from_properties(properties),
                       json_logs=properties.get("sluice.log.format") == "json", **role_settings)
+
+
+#: Druid's HumanReadableBytes units: K, M, G, T, P are powers of 1000 (with or without a B), KiB… powers of 1024
+_BYTE_UNITS = {"": 1, **{p: 1000 ** (i + 1) for i, p in enumerate("kmgtp")},
+               **{f"{p}b": 1000 ** (i + 1) for i, p in enumerate("kmgtp")},
+               **{f"{p}ib": 1024 ** (i + 1) for i, p in enumerate("kmgtp")}}
+
+
+def _segment_cache(read: PropertyReader) -> tuple[Path, int] | None:
+    """druid.segmentCache.locations: its one location's path and maxSize (bytes, or Druid's human-readable form)."""
+    from sluice.segment.deep_storage import DEFAULT_CACHE_MAX_BYTES
+
+    key = "druid.segmentCache.locations"
+    text = read.raw(key)
+    if text is None:
+        return None
+    try:
+        locations = json.loads(text)
+    except json.JSONDecodeError:
+        raise ConfigError(f"{key}: [{text}] is not a JSON list of locations") from None
+    if not isinstance(locations, list) or len(locations) != 1 or not isinstance(locations[0], dict) \
+            or not isinstance(locations[0].get("path"), str):
+        raise ConfigError(f'{key}: expected one location, [{{"path": "/dir", "maxSize": "300GiB"}}], found {text}')
+    size = str(locations[0].get("maxSize", DEFAULT_CACHE_MAX_BYTES)).replace(" ", "")
+    number = re.fullmatch(r"(\d+)([a-zA-Z]*)", size)
+    if number is None or number[2].lower() not in _BYTE_UNITS:
+        raise ConfigError(f"{key}: maxSize [{size}] is not a number of bytes (300000000000, 300GB, 300GiB, …)")
+    return Path(locations[0]["path"]), int(number[1]) * _BYTE_UNITS[number[2].lower()]
 
 
 def _directories(read: PropertyReader, key: str) -> tuple[Path, ...]:

@@ -100,6 +100,10 @@ SETTINGS: tuple[Setting, ...] = (
             "(0: no limit)", str(DEFAULT_MAX_RESULT_BYTES), "--max-query-bytes", _SERVING),
     Setting("sluice.broker.queryMemoryLimit", "DuckDB's memory limit, shared by the queries running at once", "4GB",
             "--query-memory-limit", _SERVING),
+    Setting("druid.segmentCache.locations", 'where the broker keeps its copies of segments from remote deep storage, '
+            'and their most bytes, least recently used dropped first: Druid\'s JSON list of one location '
+            '[{"path": "/var/sluice/segment-cache", "maxSize": "300GiB"}] (default: <work dir>/segment-cache, 10GiB)',
+            None, None, _SERVING),
     Setting("sluice.broker.loadMaxRows", "rows of published segments the broker loads into DuckDB's own storage for "
             "faster queries (0: read the segment files only)", "50000000", "--load-max-rows", _SERVING),
     Setting("sluice.indexer.selectStrategy", "equalDistribution (spread tasks over the workers with the most free "

@@ -91,6 +91,9 @@ class NodeConfig:
     #: query that still does not fit fails with Druid's "Resource limit exceeded". The rows a query returns are
     #: bounded by `max_query_rows`, not by this.
     query_memory_limit: str = "4GB"
+    #: druid.segmentCache.locations: where the broker keeps copies of segments from remote deep storage, and their
+    #: most bytes (default: <work dir>/segment-cache, `deep_storage.DEFAULT_CACHE_MAX_BYTES`)
+    segment_cache: tuple[Path, int] | None = None
     #: the most rows one Druid SQL or native query may return (0: no limit); a larger result is refused with Druid's
     #: "Resource limit exceeded" (400), not truncated. Druid streams results and has no such limit; Sluice holds a
     #: result in memory before sending it, so it bounds it, at Druid's bound for the rows a broker holds in memory
@@ -135,6 +138,10 @@ class NodeConfig:
     @property
     def resolved_metadata_uri(self) -> str:
         return self.metadata_uri or f"sqlite:///{(self.work_dir / 'metadata.db').resolve()}"
+
+    @property
+    def segment_cache_dir(self) -> Path:
+        return self.segment_cache[0] if self.segment_cache else self.work_dir / "segment-cache"
 
     @property
     def resolved_deep_storage(self) -> str:
@@ -212,7 +219,9 @@ class Node:
         self.config.work_dir.mkdir(parents=True, exist_ok=True)
         self.metadata = MetadataStore(self.config.resolved_metadata_uri)
         self.metadata.create_tables()
-        self.deep_storage = DeepStorage.from_uri(self.config.resolved_deep_storage)
+        cache = self.config.segment_cache
+        self.deep_storage = DeepStorage.from_uri(self.config.resolved_deep_storage,
+                                                 **({"cache_max_bytes": cache[1]} if cache else {}))
         security_db = BasicSecurityDb(self.metadata, self.config.auth)
         security_db.initialize()
         serve_security(self.app, Security(self.config.auth, security_db))
@@ -418,13 +427,13 @@ class Node:
         self.loaded: LoadedDataSources | None = LoadedDataSources(engine.duckdb_config, self.config.load_max_rows) \
             if self.config.load_max_rows else None
         if self.config.role is Role.ALL_IN_ONE:
-            self.broker = Broker(self.metadata, self.deep_storage, self.config.work_dir / "segment-cache", engine,
+            self.broker = Broker(self.metadata, self.deep_storage, self.config.segment_cache_dir, engine,
                                  realtime=self._thread_task_views, supervisors=self._supervisor_statuses,
                                  tasks=self._task_statuses, loaded=self.loaded)
         else:
             overlord = OverlordClient(lambda: live_urls(self.metadata, OVERLORD), self.config.work_dir / "realtime-cache",
                                       auth=self.config.auth.escalator.basic_auth)
-            self.broker = Broker(self.metadata, self.deep_storage, self.config.work_dir / "segment-cache", engine,
+            self.broker = Broker(self.metadata, self.deep_storage, self.config.segment_cache_dir, engine,
                                  realtime=overlord.realtime_views, supervisors=overlord.supervisor_statuses,
                                  tasks=overlord.task_statuses, loaded=self.loaded)
         scheduler = QueryScheduler(self.config.query_limits)

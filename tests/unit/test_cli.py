@@ -3,6 +3,7 @@ keys, a port already in use said before anything starts."""
 
 from __future__ import annotations
 
+import json
 import socket
 from datetime import timedelta
 from pathlib import Path
@@ -150,7 +151,22 @@ def test_the_start_up_warm_up_is_on_unless_a_setting_turns_it_off() -> None:
         build_node_config(resolve(Role.ALL_IN_ONE, [("f", {"sluice.spark.warmUp": "sometimes"})], environ={}))
 
 
+@pytest.mark.parametrize(("max_size", "bytes_"), [(None, 10 << 30), (5_000_000, 5_000_000), ("300GiB", 300 << 30),
+                                                   ("300g", 300 * 10**9), ("2 MB", 2 * 10**6), ("7KiB", 7 << 10)])
+def test_the_brokers_segment_cache_is_druids_one_location_with_its_max_size(max_size, bytes_) -> None:
+    location = {"path": "/srv/cache", **({"maxSize": max_size} if max_size is not None else {})}
+    config = build_node_config(resolve(Role.BROKER, [("f", {"druid.segmentCache.locations": json.dumps([location])})],
+                                       environ={}))
+    assert (config.segment_cache_dir, config.segment_cache) == (Path("/srv/cache"), (Path("/srv/cache"), bytes_))
+    assert build_node_config(resolve(Role.BROKER, [], environ={})).segment_cache_dir == Path("var/segment-cache")
+
+
 @pytest.mark.parametrize(("properties", "message"), [
+    ({"druid.segmentCache.locations": "/srv/cache"}, "druid.segmentCache.locations: [/srv/cache] is not a JSON list"),
+    ({"druid.segmentCache.locations": '[{"path": "/a"}, {"path": "/b"}]'},
+     "druid.segmentCache.locations: expected one location"),
+    ({"druid.segmentCache.locations": '[{"path": "/a", "maxSize": "lots"}]'},
+     "druid.segmentCache.locations: maxSize [lots] is not a number of bytes"),
     ({"druid.metadata.storage.type": "mysql"}, "druid.metadata.storage.type: [mysql] is not supported"),
     ({"druid.metadata.storage.type": "postgresql"}, "druid.metadata.storage.connector.connectURI: required"),
     ({"druid.storage.type": "hdfs"}, "druid.storage.type: [hdfs] is not supported"),
