@@ -146,6 +146,7 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
 
 
 def build_node_config(properties: Properties, emitter: EmitterConfig | None = None) -> NodeConfig:
+    from sluice.broker.result_cache import ResultCacheConfig
     from sluice.broker.scheduler import QueryLimits
     from sluice.coordinator.duties import KillConfig
     from sluice.overlord.supervisor.state_manager import SupervisorStateManagerConfig
@@ -194,7 +195,13 @@ def build_node_config(properties: Properties, emitter: EmitterConfig | None = No
                           "max_query_bytes": read.integer("sluice.broker.maxQueryBytes", None, minimum=0),
                           "query_memory_limit": read.string("sluice.broker.queryMemoryLimit"),
                           "load_max_rows": read.integer("sluice.broker.loadMaxRows", None, minimum=0),
-                          "segment_cache": _segment_cache(read)}
+                          "segment_cache": _segment_cache(read),
+                          "result_cache": ResultCacheConfig(
+                              use=read.boolean("druid.broker.cache.useResultLevelCache", False),
+                              populate=read.boolean("druid.broker.cache.populateResultLevelCache", False),
+                              result_limit_bytes=read.integer("druid.broker.cache.resultLevelCacheLimit", 2**31 - 1,
+                                                              minimum=0),
+                              size_bytes=read.integer("druid.cache.sizeInBytes", 256 << 20, minimum=0))}
     port = read.integer("druid.plaintextPort", None, minimum=1)
     if port is None or port > 65535:
         raise ConfigError(f"druid.plaintextPort: [{read.raw('druid.plaintextPort')}] is not a port number")

@@ -104,6 +104,14 @@ SETTINGS: tuple[Setting, ...] = (
             'and their most bytes, least recently used dropped first: Druid\'s JSON list of one location '
             '[{"path": "/var/sluice/segment-cache", "maxSize": "300GiB"}] (default: <work dir>/segment-cache, 10GiB)',
             None, None, _SERVING),
+    Setting("druid.broker.cache.useResultLevelCache", "answer a query again from the result-level cache while the "
+            "segments it read stay the same", "false", None, _SERVING),
+    Setting("druid.broker.cache.populateResultLevelCache", "keep query results in the result-level cache", "false",
+            None, _SERVING),
+    Setting("druid.broker.cache.resultLevelCacheLimit", "the largest result kept, in bytes", str(2**31 - 1), None,
+            _SERVING),
+    Setting("druid.cache.sizeInBytes", "the result-level cache's size, in bytes (least recently used results go "
+            "first)", str(256 << 20), None, _SERVING),
     Setting("sluice.broker.loadMaxRows", "rows of published segments the broker loads into DuckDB's own storage for "
             "faster queries (0: read the segment files only)", "50000000", "--load-max-rows", _SERVING),
     Setting("sluice.indexer.selectStrategy", "equalDistribution (spread tasks over the workers with the most free "

@@ -42,6 +42,7 @@ from sluice.broker.errors import SqlError
 from sluice.broker.sql.intervals import overlaps_any
 from sluice.broker.loaded import LoadedDataSources
 from sluice.broker.realtime import RealtimePiece, piece_footer, visible_pieces
+from sluice.broker.result_cache import ResultLevelCache
 from sluice.broker.sql.translate import translate_query
 from sluice.broker.system_tables import RealtimeSegment, Server, SystemTable
 from sluice.discovery import BROKER, OVERLORD, WORKER, live_nodes
@@ -97,11 +98,13 @@ class Broker:
         servers: Callable[[], Sequence[Server]] | None = None,
         snapshot_ttl_s: float = 0.5,
         loaded: LoadedDataSources | None = None,
+        result_cache: ResultLevelCache | None = None,
     ) -> None:
         """`realtime` gives the running tasks' views. `supervisors` (SupervisorStatus JSON), `tasks` (TaskStatusPlus
         JSON) and `servers` give live state for the sys tables; without them, or when they give None, what the
         metadata store holds is shown. With `loaded`, data sources are loaded into DuckDB's own storage when their
-        segments stay the same, and queries over published data read them there."""
+        segments stay the same, and queries over published data read them there. `result_cache`: Druid's
+        result-level cache (`result_cache.py`)."""
         self._metadata = metadata
         self._deep_storage = deep_storage
         self._cache_dir = cache_dir
@@ -115,6 +118,7 @@ class Broker:
         self._current: _Snapshot | None = None
         self._local_paths: dict[SegmentId, str] = {}
         self._loaded = loaded
+        self._result_cache = result_cache if result_cache is not None and result_cache.config.enabled else None
         self._running: dict[str, frozenset[str]] = {}  # query id → the data sources it reads
 
     def visible_segments(self) -> dict[str, list[DataSegment]]:
@@ -130,14 +134,19 @@ class Broker:
         between a snapshot and its read, and task groups that roll over together publish within milliseconds of each
         other, so one retry is not always enough."""
         fresh, started = False, time.monotonic()
+        cache_key = None if self._result_cache is None else self._result_cache.key(query, parameters, context)
+        if cache_key is not None and self._result_cache.uses(context):
+            cached = self._cached_result(cache_key, permissions)
+            if cached is not None:
+                return cached
         for _ in range(_READS_PER_QUERY - 1):
             try:
-                return self._sql(query, parameters, _timeout_left(context, started), permissions, fresh=fresh)
+                return self._sql(query, parameters, _timeout_left(context, started), permissions, fresh, cache_key)
             except SegmentFileGone:
                 self._local_paths.clear()
                 fresh = True
         try:
-            return self._sql(query, parameters, _timeout_left(context, started), permissions, fresh=True)
+            return self._sql(query, parameters, _timeout_left(context, started), permissions, True, cache_key)
         except SegmentFileGone as gone:
             raise SqlError.internal(
                 f"Segment files could not be read, even on {_READS_PER_QUERY - 1} fresh snapshots: {gone}") from gone
@@ -159,8 +168,21 @@ class Broker:
             self._loaded_database(snapshot, source)
         return {source: percent for source, percent in self._loaded.load_status().items() if source in snapshot.visible}
 
+    def _cached_result(self, key: tuple[str, str, str], permissions: Permissions) -> QueryResult | None:
+        """A kept result of this query, if the data sources it read show the same segments and no task's rows."""
+        assert self._result_cache is not None
+        sources = self._result_cache.sources(key)
+        if sources is None:
+            return None
+        for source in sources:
+            require(permissions, Resource.datasource(source), Action.READ)
+        snapshot = self._snapshot()
+        if any(snapshot.realtime.get(source) for source in sources):
+            return None
+        return self._result_cache.get(key, _etag(snapshot, sources))
+
     def _sql(self, query: str, parameters: Sequence[dict[str, Any]], context: Mapping[str, Any] | None,
-             permissions: Permissions, fresh: bool) -> QueryResult:
+             permissions: Permissions, fresh: bool, cache_key: tuple[str, str, str] | None) -> QueryResult:
         snapshot = self._snapshot(fresh)
         files: dict[str, list[SegmentFile]] = {}
 
@@ -183,13 +205,17 @@ class Broker:
             if not any(isinstance(file, RealtimeFile) for file in files[source]):
                 database = self._loaded_database(snapshot, source)
         query_id = translation.context.query_id
-        if query_id is None:
-            return self._engine.run(translation, files, parameters, system, database)
-        self._running[query_id] = translation.data_sources
+        if query_id is not None:
+            self._running[query_id] = translation.data_sources
         try:
-            return self._engine.run(translation, files, parameters, system, database)
+            result = self._engine.run(translation, files, parameters, system, database)
         finally:
-            self._running.pop(query_id, None)
+            if query_id is not None:
+                self._running.pop(query_id, None)
+        if cache_key is not None and self._result_cache is not None and self._result_cache.populates(context) \
+                and not system and not any(snapshot.realtime.get(source) for source in translation.data_sources):
+            self._result_cache.put(cache_key, _etag(snapshot, translation.data_sources), result)
+        return result
 
     def _loaded_database(self, snapshot: _Snapshot, source: str) -> Any:
         """The data source loaded with exactly its visible segments, if it is (a load is asked for otherwise)."""
@@ -318,6 +344,11 @@ def _timeout_left(context: Mapping[str, Any] | None, started: float) -> Mapping[
     if left <= 0:
         raise SqlError.timeout()
     return {**context, "timeout": left}
+
+
+def _etag(snapshot: _Snapshot, sources: Iterable[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """What a result over these data sources was computed from: the segments each showed."""
+    return tuple((source, tuple(str(s.id) for s in snapshot.visible.get(source, ()))) for source in sorted(sources))
 
 
 def _realtime_file(piece: RealtimePiece) -> RealtimeFile:

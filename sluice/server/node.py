@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from fastapi import FastAPI
 
 from sluice.broker.limits import DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RESULT_ROWS
+from sluice.broker.result_cache import ResultCacheConfig, ResultLevelCache
 from sluice.broker.scheduler import QueryLimits
 from sluice.config import DEFAULT_MAX_REQUEST_BYTES
 from sluice.coordinator.duties import CleanUp, KillConfig, KillUnusedSegments, PeriodicDuty, RetentionDuty
@@ -94,6 +95,8 @@ class NodeConfig:
     #: druid.segmentCache.locations: where the broker keeps copies of segments from remote deep storage, and their
     #: most bytes (default: <work dir>/segment-cache, `deep_storage.DEFAULT_CACHE_MAX_BYTES`)
     segment_cache: tuple[Path, int] | None = None
+    #: Druid's result-level cache (druid.broker.cache.*ResultLevelCache*, druid.cache.sizeInBytes)
+    result_cache: ResultCacheConfig = ResultCacheConfig()
     #: the most rows one Druid SQL or native query may return (0: no limit); a larger result is refused with Druid's
     #: "Resource limit exceeded" (400), not truncated. Druid streams results and has no such limit; Sluice holds a
     #: result in memory before sending it, so it bounds it, at Druid's bound for the rows a broker holds in memory
@@ -429,13 +432,15 @@ class Node:
         if self.config.role is Role.ALL_IN_ONE:
             self.broker = Broker(self.metadata, self.deep_storage, self.config.segment_cache_dir, engine,
                                  realtime=self._thread_task_views, supervisors=self._supervisor_statuses,
-                                 tasks=self._task_statuses, loaded=self.loaded)
+                                 tasks=self._task_statuses, loaded=self.loaded,
+                                 result_cache=ResultLevelCache(self.config.result_cache))
         else:
             overlord = OverlordClient(lambda: live_urls(self.metadata, OVERLORD), self.config.work_dir / "realtime-cache",
                                       auth=self.config.auth.escalator.basic_auth)
             self.broker = Broker(self.metadata, self.deep_storage, self.config.segment_cache_dir, engine,
                                  realtime=overlord.realtime_views, supervisors=overlord.supervisor_statuses,
-                                 tasks=overlord.task_statuses, loaded=self.loaded)
+                                 tasks=overlord.task_statuses, loaded=self.loaded,
+                                 result_cache=ResultLevelCache(self.config.result_cache))
         scheduler = QueryScheduler(self.config.query_limits)
         self.app.include_router(sql_router(self.broker, self.emitter, scheduler, self.request_logger))
         self.app.include_router(native_router(self.broker, self.metadata, self.emitter, scheduler, self.request_logger))
