@@ -158,12 +158,14 @@ def sluice_engine(files: list[str]) -> Runner:
     return lambda sql: engine.execute(sql, {DATA_SOURCE: files}).rows
 
 
-def sluice_http(files: list[Path], work_dir: Path) -> tuple[Runner, Callable[[], None], float]:
-    """Sluice's Broker and SQL API over a metadata store in which the files are published segments.
+def sluice_http(files: list[Path], work_dir: Path, result_cache: Any = None
+                ) -> tuple[Runner, Callable[[], None], float, str]:
+    """Sluice's Broker and SQL API over a metadata store in which the files are published segments; `result_cache`: a
+    `ResultCacheConfig` for Druid's result-level cache (off by default, as in Druid).
 
     Only the broker side of a node is started (no Spark): the same Broker, routers and HTTP server a
     node uses, so a query pays exactly what it pays on a node — metadata read, timeline, DuckDB,
-    JSON rendering and HTTP. Returns the runner, its closer, and how long the data source took to load.
+    JSON rendering and HTTP. Returns the runner, its closer, how long the data source took to load, and its URL.
     """
     import httpx
     from fastapi import FastAPI
@@ -171,6 +173,7 @@ def sluice_http(files: list[Path], work_dir: Path) -> tuple[Runner, Callable[[],
     from sluice.broker.broker import Broker
     from sluice.broker.engine import SqlEngine
     from sluice.broker.loaded import LoadedDataSources
+    from sluice.broker.result_cache import ResultLevelCache
     from sluice.metadata.store import MetadataStore
     from sluice.segment.deep_storage import LocalDeepStorage
     from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
@@ -198,7 +201,8 @@ def sluice_http(files: list[Path], work_dir: Path) -> tuple[Runner, Callable[[],
         raise RuntimeError(result.message)
     engine = SqlEngine(memory_limit="4GB")
     loaded = LoadedDataSources(engine.duckdb_config)  # as a node's broker does (its --load-max-rows default)
-    broker = Broker(metadata, LocalDeepStorage(files[0].parent), work_dir / "segment-cache", engine, loaded=loaded)
+    broker = Broker(metadata, LocalDeepStorage(files[0].parent), work_dir / "segment-cache", engine, loaded=loaded,
+                    result_cache=ResultLevelCache(result_cache) if result_cache is not None else None)
     app = FastAPI()
     app.include_router(sql_router(broker))
     app.include_router(native_router(broker, metadata))
@@ -223,7 +227,7 @@ def sluice_http(files: list[Path], work_dir: Path) -> tuple[Runner, Callable[[],
         loaded.stop()
         metadata.close()
 
-    return run, close, load_s
+    return run, close, load_s, f"http://127.0.0.1:{port}"
 
 
 def duckdb_direct(files: list[str]) -> Runner:
@@ -276,7 +280,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         files = [str(p) for p in paths]
         size_mb = sum(p.stat().st_size for p in paths) / 1024**2
         engines: dict[str, Runner] = {"sluice_engine": sluice_engine(files), "duckdb": duckdb_direct(files)}
-        http_runner, close_http, load_s = sluice_http(paths, work_dir)
+        http_runner, close_http, load_s, _ = sluice_http(paths, work_dir)
         engines["sluice_http"] = http_runner
         closers.append(close_http)
         spark_runner, spark_start_s = spark_sql(files)

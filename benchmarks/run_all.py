@@ -42,6 +42,8 @@ BENCHMARKS: list[tuple[str, list[str], list[str]]] = [
      ["--rate", "1000", "--seconds", "6", "--task-duration", "PT2S", "--warmup", "1", "--warmup-events", "0"]),
     ("queries", ["--rows", "10000000", "--reps", "20", "--spark-reps", "7"],
      ["--rows", "50000", "--days", "1", "--reps", "2", "--spark-reps", "1"]),
+    ("concurrency", ["--rows", "10000000", "--seconds", "15"],
+     ["--rows", "20000", "--days", "1", "--seconds", "1", "--clients", "1,4", "--no-plot"]),
     ("memory", ["--events", "500000", "--settings", "20000,150000"],
      ["--events", "10000", "--settings", "5000", "--task-duration", "PT3S"]),
     ("stages", ["--events", "1000000"], ["--events", "20000"]),
@@ -230,6 +232,25 @@ def summarize(results: dict[str, Any], console: Console) -> dict[str, Any]:
             targets[f"SQL {shape} p50 < 100 ms"] = _le(data["engines"]["sluice_http"]["p50_ms"], 100, strict=True)
             targets[f"SQL {shape} >= 10x faster than Spark"] = _ge(data["spark_vs_sluice_http"], 10)
             targets[f"SQL {shape} within 2x of DuckDB"] = _le(data["sluice_http_vs_duckdb"], 2)
+
+    concurrency = results.get("concurrency", {})
+    if "result_cache_on" in concurrency:
+        table = Table(title=f"Queries at once: a small topN and a point filter on {concurrency['rows']:,} rows, "
+                            "queries/s (p50 / p95 ms)", title_justify="left")
+        table.add_column("clients")
+        for cache in ("off", "on"):
+            table.add_column(f"result cache {cache}", justify="right")
+        levels = [level for level in concurrency["result_cache_off"] if level.isdigit()]
+        for level in levels:
+            table.add_row(level, *(f"{_n(c[level]['queries_per_s'], 1)} ({_n(c[level]['p50_ms'], 1)} / "
+                                   f"{_n(c[level]['p95_ms'], 1)})" + (" [red]errors[/]" if c[level]["errors"] else "")
+                                   for c in (concurrency["result_cache_off"], concurrency["result_cache_on"])))
+        console.print(table)
+        most = max(levels, key=int)
+        off, on = concurrency["result_cache_off"][most], concurrency["result_cache_on"][most]
+        targets[f"queries at {most} clients >= 100/s with p95 <= 1 s"] = _ge(off["queries_per_s"], 100) and _le(
+            off["p95_ms"], 1000)
+        targets[f"repeated queries at {most} clients, result cache on, >= 1000/s"] = _ge(on["queries_per_s"], 1000)
 
     memory = results.get("memory", {})
     if "runs" in memory:

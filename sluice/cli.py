@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import logging
 import os
 import re
@@ -228,16 +227,13 @@ def _segment_cache(read: PropertyReader) -> tuple[Path, int] | None:
     from sluice.segment.deep_storage import DEFAULT_CACHE_MAX_BYTES
 
     key = "druid.segmentCache.locations"
-    text = read.raw(key)
-    if text is None:
+    locations = read.json(key, "a JSON list of locations")
+    if locations is None:
         return None
-    try:
-        locations = json.loads(text)
-    except json.JSONDecodeError:
-        raise ConfigError(f"{key}: [{text}] is not a JSON list of locations") from None
     if not isinstance(locations, list) or len(locations) != 1 or not isinstance(locations[0], dict) \
             or not isinstance(locations[0].get("path"), str):
-        raise ConfigError(f'{key}: expected one location, [{{"path": "/dir", "maxSize": "300GiB"}}], found {text}')
+        raise ConfigError(f'{key}: expected one location, [{{"path": "/dir", "maxSize": "300GiB"}}], found '
+                          f"{read.raw(key)}")
     size = str(locations[0].get("maxSize", DEFAULT_CACHE_MAX_BYTES)).replace(" ", "")
     number = re.fullmatch(r"(\d+)([a-zA-Z]*)", size)
     if number is None or number[2].lower() not in _BYTE_UNITS:

@@ -325,17 +325,24 @@ class PropertyReader:
             raise ConfigError(f"{key}: must be longer than nothing, e.g. PT60S")
         return duration
 
-    def names(self, key: str, default: list[str]) -> list[str]:
-        """A JSON list of strings, e.g. `["basic"]`."""
+    def json(self, key: str, expected: str) -> Any:
+        """The value as JSON, None when unset; a ConfigError saying it is not `expected` when it is not JSON."""
         value = self.raw(key)
         if value is None:
-            return default
+            return None
         try:
-            names = json.loads(value)
+            return json.loads(value)
         except json.JSONDecodeError:
-            names = None
+            raise ConfigError(f"{key}: [{value}] is not {expected}") from None
+
+    def names(self, key: str, default: list[str]) -> list[str]:
+        """A JSON list of strings, e.g. `["basic"]`."""
+        expected = 'a JSON list of names, e.g. ["basic"]'
+        names = self.json(key, expected)
+        if names is None:
+            return default
         if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
-            raise ConfigError(f'{key}: [{value}] is not a JSON list of names, e.g. ["basic"]')
+            raise ConfigError(f"{key}: [{self.raw(key)}] is not {expected}")
         return names
 
 

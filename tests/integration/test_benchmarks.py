@@ -22,27 +22,28 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("bench") / "results-smoke.json"
-    # the three benchmarks whose figures the README quotes; `make bench-smoke` runs the others: batch ingestion's
+    # the four benchmarks whose figures the README quotes; `make bench-smoke` runs the others: batch ingestion's
     # (3-4 minutes at smoke size; tests/integration/test_batch_*.py check its answers), the memory benchmark's and the
     # per-stage profile's (a node or a session of their own for over a minute each, whose rows are counted as the
     # ingestion benchmark's are). Ingestion on the synthetic events only: each data set costs about 110 s, most of it
     # the yardstick's three runs, and the streaming tests ingest the wikipedia-shaped sample throughout.
     completed = subprocess.run([sys.executable, str(BENCHMARKS / "run_all.py"), "--smoke", "--out", str(out),
-                                "--only", "ingest,freshness,queries", "--extra", "ingest:--datasets synthetic"],
+                                "--only", "ingest,freshness,queries,concurrency",
+                                "--extra", "ingest:--datasets synthetic"],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1200)
     assert completed.returncode == 0, completed.stdout[-3000:]
     return json.loads(out.read_text())
 
 
 def test_every_benchmark_runs_at_smoke_size(smoke: dict[str, Any]) -> None:
-    assert set(smoke["results"]) == {"ingest", "freshness", "queries"}
+    assert set(smoke["results"]) == {"ingest", "freshness", "queries", "concurrency"}
     assert [name for name, result in smoke["results"].items() if "error" in result] == []
     # each of the issues' targets is judged (met or not), none left out for a missing figure
     targets = smoke["targets"]
     assert {name.split("  ")[0] for name in targets} >= {
         "ingest synthetic: (c) warm steady >= 1.2 x (b)", "ingest synthetic: (c) cold steady >= 1.0 x (b)",
         "freshness p50 <= 1 s", "freshness p95 <= 3 s"}
-    assert len(targets) == 10 and all(isinstance(met, bool) for met in targets.values())
+    assert len(targets) == 12 and all(isinstance(met, bool) for met in targets.values())
 
 
 def _totals(events: list[dict[str, Any]], metrics: dict[str, tuple[str, str]]) -> dict[str, float]:
@@ -84,3 +85,14 @@ def test_the_query_engines_return_the_same_rows(smoke: dict[str, Any]) -> None:
                 for engine, result in figures["engines"].items() if not result["same_result_as_duckdb"]]
     assert disagree == []
 
+
+
+def test_the_result_cache_answers_as_the_engine_and_no_query_fails(smoke: dict[str, Any]) -> None:
+    concurrency = smoke["results"]["concurrency"]
+    off, on = concurrency["result_cache_off"], concurrency["result_cache_on"]
+    assert off["answers"]["point"] == on["answers"]["point"] and off["answers"]["point"][0][0] > 0
+    assert sorted(off["answers"]["topN"]) == sorted(on["answers"]["topN"]) and len(off["answers"]["topN"]) == 10
+    for levels in (off, on):
+        assert [(clients, level["errors"]) for clients, level in levels.items() if clients.isdigit()] == \
+            [("1", 0), ("4", 0)]
+        assert all(level["queries"] > 0 for clients, level in levels.items() if clients.isdigit())
