@@ -294,7 +294,7 @@ def summarize(results: dict[str, Any], console: Console) -> dict[str, Any]:
     for what, error in failures(results):
         console.print(f"[red]{escape(what)} failed: {escape(error[:500])}[/]")
     if targets:
-        table = Table(title="Targets (issues 6 and 19)", title_justify="left")
+        table = Table(title="Targets (issues 6, 14, 18 and 19)", title_justify="left")
         table.add_column("target")
         table.add_column("result")
         for target, ok in targets.items():
