@@ -75,7 +75,10 @@ class _Node:
 def run(layout: ClusterLayout) -> int:
     """Start everything, print where it is, and run until Ctrl-C or SIGTERM (exit status 0) or until a process
     exits (1); stop everything on the way out."""
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # the same clean stop as on Ctrl-C
+    # the same clean stop on SIGTERM as on Ctrl-C, and on SIGINT also when a shell started it in the background with
+    # SIGINT ignored
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     layout = replace(layout, work_dir=layout.work_dir.resolve())
     # what stands in for a missing shared service (a SQLite file, a deep storage folder): every node sees it
     shared = layout.work_dir / "shared"
