@@ -20,4 +20,3 @@ def test_dev_produce_creates_the_topic_and_fills_it_with_the_sample(kafka_broker
     main(["dev", "produce", "--bootstrap-servers", bootstrap, "--topic", "dev_produce", "--events", "400",
           "--partitions", "9"])
     assert "end offsets: 0: 350, 1: 350, 2: 350, 3: 350" in capsys.readouterr().out
-
