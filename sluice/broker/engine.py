@@ -450,12 +450,21 @@ def _schema(path: str, _mtime_ns: int, _size: int) -> pa.Schema:
 
 def complex_columns(files: Sequence[SegmentFile]) -> dict[str, str]:
     """The complex type (a first/last pair, a sketch) of each complex column these files hold, and MULTI_VALUE for
-    each column that one of them holds as a multi-value string, by column name."""
+    each column that one of them holds as a multi-value string, by column name.
+
+    Worked out once per set of file versions: every query asks it of the files it reads, and going through the
+    schemas of a week of hourly segments took 12 ms a query, more than DuckDB's run (benchmarks/concurrency.py)."""
+    return dict(_complex_columns(tuple(files), tuple(file_version(_path(file)) for file in files)))
+
+
+@lru_cache(maxsize=256)
+def _complex_columns(files: tuple[SegmentFile, ...], _versions: tuple[tuple[int, int], ...]
+                     ) -> tuple[tuple[str, str], ...]:
     kinds = {name: kind for name, arrow_type in table_columns(files)
              if (kind := arrow_complex_type(arrow_type)) is not None}
     fields = indexed_fields(file_schema(_path(file)) for file in files)
-    return kinds | dict.fromkeys(multi_value_columns(files), MULTI_VALUE) | {
-        field_column(dimension, key): NESTED_FIELD for dimension, keys in fields.items() for key in keys}
+    return tuple((kinds | dict.fromkeys(multi_value_columns(files), MULTI_VALUE) | {
+        field_column(dimension, key): NESTED_FIELD for dimension, keys in fields.items() for key in keys}).items())
 
 
 def multi_value_columns(files: Sequence[SegmentFile]) -> set[str]:
@@ -540,9 +549,14 @@ _TYPES: dict[str, tuple[str, str]] = {
 _OTHER = ("COMPLEX<json>", "OTHER")
 
 
+#: DuckDB's JSON type, Druid's COMPLEX<json>: a VARCHAR by its id, with an alias
+_JSON = duckdb.sqltype("JSON")
+
+
 def _is_json(duckdb_type: Any) -> bool:
-    """DuckDB's JSON, Druid's COMPLEX<json>: a VARCHAR by its id, told apart only by its name."""
-    return str(duckdb_type) == "JSON"
+    """By type equality: naming a result column's type (`str`) took 2-6 ms per VARCHAR column of a query over a loaded
+    data source (benchmarks/concurrency.py's profile), more than the query's own run."""
+    return duckdb_type == _JSON
 
 
 def _druid_type(duckdb_type: Any) -> tuple[str, str]:
