@@ -43,7 +43,7 @@ from sluice.broker.sql.intervals import overlaps_any
 from sluice.broker.loaded import LoadedDataSources
 from sluice.broker.realtime import RealtimePiece, piece_footer, visible_pieces
 from sluice.broker.result_cache import ResultLevelCache
-from sluice.broker.sql.translate import translate_query
+from sluice.broker.sql.translate import Translation, translate_query
 from sluice.broker.system_tables import RealtimeSegment, Server, SystemTable
 from sluice.discovery import BROKER, OVERLORD, WORKER, live_nodes
 from sluice.metadata.store import MetadataStore
@@ -213,7 +213,7 @@ class Broker:
             if query_id is not None:
                 self._running.pop(query_id, None)
         if cache_key is not None and self._result_cache is not None and self._result_cache.populates(context) \
-                and not system and not any(snapshot.realtime.get(source) for source in translation.data_sources):
+                and _same_answer_while_segments_are(translation, snapshot):
             self._result_cache.put(cache_key, _etag(snapshot, translation.data_sources), result)
         return result
 
@@ -344,6 +344,13 @@ def _timeout_left(context: Mapping[str, Any] | None, started: float) -> Mapping[
     if left <= 0:
         raise SqlError.timeout()
     return {**context, "timeout": left}
+
+
+def _same_answer_while_segments_are(translation: Translation, snapshot: _Snapshot) -> bool:
+    """Whether the query's answer stays the same while the segments of its data sources do: not over system tables,
+    a task's rows, lookups (reloaded on their own) or the clock."""
+    return not (translation.system_tables or translation.lookups or translation.reads_clock
+                or any(snapshot.realtime.get(source) for source in translation.data_sources))
 
 
 def _etag(snapshot: _Snapshot, sources: Iterable[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:

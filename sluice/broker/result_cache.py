@@ -4,8 +4,9 @@ while the segments they read stay the same.
 A result is kept under its query (the text, its parameters and the context keys that can change rows) with the
 segments each data source it read showed then (its ETag, as Druid's). It is served while every one of those data
 sources shows the same segments and no running task's rows: a publish, a compaction, a drop or a row read by a task
-changes the answer, so it makes a new entry. A result that read system tables or a task's rows is not kept. The
-caller's READ on each data source is checked on every hit, as on every run.
+changes the answer, so it makes a new entry. A result that read system tables, a task's rows, a lookup (reloaded on
+its own) or the clock (CURRENT_TIMESTAMP) is not kept. The caller's READ on each data source is checked on every hit,
+as on every run.
 
 Runtime properties as Druid's broker: `druid.broker.cache.useResultLevelCache`,
 `druid.broker.cache.populateResultLevelCache` (both false by default), `druid.broker.cache.resultLevelCacheLimit`

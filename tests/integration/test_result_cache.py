@@ -1,6 +1,7 @@
 """Druid's result-level cache on the broker (`sluice/broker/result_cache.py`), over segment files in local deep storage
 and an SQLite metadata store: a repeated query is answered without reading a file, a publish makes the next answer
-fresh, a system table is never kept, the caller's READ is checked on a hit, and the context turns the cache off."""
+fresh, a system table or a query of the clock is never kept, the caller's READ is checked on a hit, and the context
+turns the cache off."""
 
 from __future__ import annotations
 
@@ -91,13 +92,20 @@ def test_a_repeated_query_is_answered_from_the_cache_until_a_publish_changes_its
     assert cached.sql(TOTAL, permissions=_Only("wiki")).rows == [(13,)]
 
 
-def test_system_tables_are_never_kept_and_nothing_is_kept_without_populate(published, tmp_path) -> None:
+def test_system_tables_and_the_clock_are_never_kept_and_nothing_is_kept_without_populate(published, tmp_path) -> None:
     publish(published, 0, [1], tmp_path)
     cached = broker(published)
     count = "SELECT COUNT(*) FROM sys.segments"
     assert cached.sql(count).rows == [(1,)]
     publish(published, 1, [2], tmp_path)
     assert cached.sql(count).rows == [(2,)]
+    clock = "SELECT SUM(added) AS added, MAX(__time) < CURRENT_TIMESTAMP AS past FROM wiki"
+    assert cached.sql(clock).rows == [(3, True)]
+    hide_files(published)
+    with pytest.raises(SqlError):  # never kept: its answer changes with the time it runs
+        cached.sql(clock)
+    for path in published[2]:
+        path.with_suffix(".hidden").rename(path)
 
     only_use = broker(published, populate=False)
     assert only_use.sql(TOTAL).rows == [(3,)]

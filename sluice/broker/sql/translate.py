@@ -99,6 +99,7 @@ class Translation:
     explain: bool = False  # EXPLAIN PLAN FOR: describe the query instead of running it
     lookups: frozenset[str] = frozenset()  # registered on the query's cursor (LOOKUP calls, `lookup.` tables)
     python_functions: bool = False  # calls functions run in Python (sketches…), which the engine registers
+    reads_clock: bool = False  # CURRENT_TIMESTAMP and the like: its answer changes with the time it runs
 
 
 #: The Druid complex type (serializablePairLongLong, HLLSketch…) of each complex column of a data source, and
@@ -132,6 +133,7 @@ def translate_query(sql: str, tables: Collection[str], context: Mapping[str, Any
     _check_statement(statement, sql)
     data_source_tables, system_tables = _check_tables(statement, sql, set(tables))
     _check_functions(statement)
+    reads_clock = next(statement.find_all(*_CLOCK_FUNCTIONS), None) is not None
     zone = query_context.session.time_zone
     planned = now or datetime.now(UTC)
     intervals: dict[str, list[Interval]] = {}
@@ -169,6 +171,7 @@ def translate_query(sql: str, tables: Collection[str], context: Mapping[str, Any
         lookups=lookups,
         python_functions=any(isinstance(node, exp.Anonymous) and node.name.upper() in _PYTHON_FUNCTIONS
                              for node in statement.walk()),
+        reads_clock=reads_clock,
     )
 
 
