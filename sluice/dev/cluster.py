@@ -94,9 +94,10 @@ def run(layout: ClusterLayout) -> int:
                 layout.work_dir / "spark", layout.spark_workers, port=None if layout.free_ports else layout.spark_port,
                 machines=((), tuple(folders.values())) if layout.share_nothing else None))
             env |= {"SPARK_CONF_DIR": str(_spark_conf(shared))}
-            nodes = [_start(layout, name, folders, shared, metadata_uri, deep_storage, spark.master_url, env)
-                     for name in layout.names]
-            stack.callback(_stop, nodes)
+            nodes: list[_Node] = []
+            stack.callback(_stop, nodes)  # also those started before one that failed to
+            for name in layout.names:
+                nodes.append(_start(layout, name, folders, shared, metadata_uri, deep_storage, spark.master_url, env))
             for node in nodes:
                 _wait_healthy(node, layout.work_dir)
             print(_summary(nodes, metadata_uri, deep_storage, env.get("AWS_ENDPOINT_URL"), kafka.bootstrap_servers,
