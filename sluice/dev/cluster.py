@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import httpx
 
-from sluice.dev import postgres
+from sluice.dev import free_port, postgres
 from sluice.dev.machines import own_machine
 from sluice.dev.spark_cluster import SparkCluster
 from sluice.dev.tansu import DevKafkaBroker, die_with_parent_hook
@@ -161,7 +160,7 @@ def _spark_conf(shared: Path) -> Path:
 def _start(layout: ClusterLayout, name: str, folders: dict[str, Path], shared: Path, metadata_uri: str,
            deep_storage: str, spark_master: str, env: dict[str, str]) -> _Node:
     role = name.rsplit("-", 1)[0]
-    port = layout.port(name) or _free_port()
+    port = layout.port(name) or free_port()
     command = [sys.executable, "-m", "sluice.cli", "--log-level", "INFO", role, "--port", str(port),
                "--work-dir", str(folders[name]), "--metadata-uri", metadata_uri, "--deep-storage", deep_storage]
     if role == "worker":
@@ -173,12 +172,6 @@ def _start(layout: ClusterLayout, name: str, folders: dict[str, Path], shared: P
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    env=os.environ | env, start_new_session=True, preexec_fn=die_with_parent_hook())
     return _Node(name, f"http://127.0.0.1:{port}", process)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _wait_healthy(node: _Node, work_dir: Path, timeout_s: float = 120.0) -> None:

@@ -11,13 +11,14 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from sluice.dev import free_port
 
 SUPERUSER = "sluice"
 MISSING_REASON = "no PostgreSQL server binaries (initdb, pg_ctl) on PATH or in /usr/lib/postgresql/*/bin"
@@ -40,7 +41,7 @@ def postgres_server(bin_dir: Path) -> Iterator[str]:
     """Run a server for the duration of the block; yields its ``postgresql+psycopg://`` URI."""
     home = Path(tempfile.mkdtemp(prefix="sluice-pg-"))
     data, log = home / "data", home / "server.log"
-    port = _free_port()
+    port = free_port()
     run_as = _server_user()
     if run_as is not None:
         account = pwd.getpwnam(run_as)
@@ -88,9 +89,3 @@ def _run(run_as: str | None, command: list[object], log: Path | None = None) -> 
         server_log = log.read_text() if log is not None and log.exists() else ""
         output = f"{result.stdout}{result.stderr}{server_log}"
         raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}):\n{output}")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]

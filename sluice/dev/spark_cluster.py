@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from typing import Any
 import httpx
 import pyspark
 
+from sluice.dev import free_port
 from sluice.dev.machines import own_machine
 from sluice.dev.tansu import die_with_parent_hook
 
@@ -41,12 +41,6 @@ _WORKER = "org.apache.spark.deploy.worker.Worker"
 
 class SparkClusterError(RuntimeError):
     """A JVM of the cluster exited, or the cluster did not come up in time."""
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((_HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -98,8 +92,8 @@ class SparkCluster:
         (other machines' folders) nor the other workers'; by default the workers share this host's disk."""
         self.work_dir = work_dir
         self._machines = machines
-        self.port = port or _free_port()
-        self.web_ui_port = _free_port()
+        self.port = port or free_port(_HOST)
+        self.web_ui_port = free_port(_HOST)
         self.master_url = f"spark://{_HOST}:{self.port}"
         self.web_ui_url = f"http://{_HOST}:{self.web_ui_port}"
         self._workers, self._cores, self._memory, self._timeout_s = workers, cores, memory, timeout_s
@@ -191,7 +185,8 @@ class SparkCluster:
         while time.monotonic() < deadline:
             for process in [self.master, *(w.process for w in workers)]:
                 if process is not None and process.poll() is not None:
-                    raise SparkClusterError(f"a Spark JVM exited ({next(a for a in process.args if a in (_MASTER, _WORKER))}) while waiting for {what}")
+                    jvm = next(arg for arg in process.args if arg in (_MASTER, _WORKER))
+                    raise SparkClusterError(f"a Spark JVM exited ({jvm}) while waiting for {what}")
             if ready(self.state()):
                 return
             time.sleep(0.5)

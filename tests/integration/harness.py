@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,15 +12,10 @@ from typing import Any, Callable
 
 import httpx
 
+from sluice.dev import free_port
 from sluice.server.node import Node, NodeConfig
 
 EXAMPLE = json.loads((Path(__file__).resolve().parents[2] / "examples" / "wikipedia-kafka-supervisor.json").read_text())
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextmanager

@@ -14,7 +14,6 @@ import io
 import json
 import lzma
 import pickle
-import socket
 import sqlite3
 import threading
 import zipfile
@@ -32,6 +31,7 @@ from pydantic import TypeAdapter
 
 from sluice.connectors.reading import read_all
 from sluice.connectors.sources import create_source
+from sluice.dev import free_port
 from sluice.spec.errors import SpecError
 from sluice.spec.input_format import RecordFormat
 from sluice.spec.input_source import InputSource, MaxSizeSplitHint
@@ -39,13 +39,6 @@ from sluice.spec.input_source import InputSource, MaxSizeSplitHint
 FIELDS = ["page", "added"]
 JSON = TypeAdapter(RecordFormat).validate_python({"type": "json"})
 CSV = TypeAdapter(RecordFormat).validate_python({"type": "csv", "columns": ["page", "added"]})
-
-
-def free_port() -> int:
-    """A free port on loopback (the harness's, without importing the whole server with it)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _source(spec: dict[str, Any], fmt: Any = JSON, hint: MaxSizeSplitHint | None = None, **kwargs: Any) -> Any:

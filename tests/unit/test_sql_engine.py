@@ -3,7 +3,6 @@ broker node sets."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from datetime import UTC, datetime
@@ -18,6 +17,7 @@ import pytest
 
 from sluice.broker.engine import ClippedFile, SqlEngine, bind_parameters, lock_down
 from sluice.broker.sql.translate import SqlError
+from sluice.dev import free_port
 from sluice.segment.segment import DataSegment, Interval, SegmentId, numbered_shard_spec
 from sluice.server.node import Node, NodeConfig
 from sluice.server.roles import Role
@@ -265,7 +265,7 @@ def test_a_file_gone_since_the_files_were_chosen_is_reported_as_gone_not_as_a_us
 
 def test_a_broker_node_refuses_a_result_over_its_max_query_rows_with_druids_error(segment: str, tmp_path: Path) -> None:
     """NodeConfig.max_query_rows (`--max-query-rows`) reaches the engine; the refusal is Druid's error JSON, a 400."""
-    config = NodeConfig(port=_free_port(), work_dir=tmp_path / "broker", role=Role.BROKER, max_query_rows=2_999,
+    config = NodeConfig(port=free_port(), work_dir=tmp_path / "broker", role=Role.BROKER, max_query_rows=2_999,
                         deep_storage=tmp_path.as_uri())  # where the segment file is
     node = Node(config)
     node.start()
@@ -295,8 +295,3 @@ def test_a_broker_node_refuses_a_result_over_its_max_query_rows_with_druids_erro
     finally:
         node.stop()
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

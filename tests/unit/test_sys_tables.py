@@ -5,7 +5,6 @@ node's live state from the overlord it discovers."""
 from __future__ import annotations
 
 import json
-import socket
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,6 +21,7 @@ from sluice.broker.broker import Broker
 from sluice.broker.errors import SqlError
 from sluice.broker.loaded import LoadedDataSources
 from sluice.broker.system_tables import Server
+from sluice.dev import free_port
 from sluice.metadata.offsets import StreamOffsets
 from sluice.metadata.store import MetadataStore
 from sluice.segment.deep_storage import LocalDeepStorage
@@ -349,12 +349,6 @@ def test_snapshot_is_kept_for_its_ttl(store: MetadataStore, tmp_path: Path) -> N
 # ------------------------------------------------------------------------------------- a broker apart from the overlord
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_a_broker_node_asks_the_overlord_it_discovers_and_shows_the_stored_state_without_one(
         store: MetadataStore, tmp_path: Path) -> None:
     """The overlord lists supervisors and tasks (with where they run); the task's peon, found through that list, tells
@@ -362,7 +356,7 @@ def test_a_broker_node_asks_the_overlord_it_discovers_and_shows_the_stored_state
     spec = {"type": "kafka", "spec": {"ioConfig": {"topic": "edits"}, "dataSchema": {"dataSource": "wiki"}}}
     store.insert_supervisor("wiki", spec)
     persisted = _write(tmp_path / "peon" / "persist-0.parquet", _rows(3, 2, "Fox"))
-    port = _free_port()
+    port = free_port()
     overlord = FastAPI()
     task_id = "index_kafka_wiki_a_abcdefgh"
 
@@ -388,7 +382,7 @@ def test_a_broker_node_asks_the_overlord_it_discovers_and_shows_the_stored_state
     server = HttpServer(overlord, "127.0.0.1", port)
     server.start()
     store.announce("overlord", "127.0.0.1", port, {})
-    node = Node(NodeConfig(port=_free_port(), work_dir=tmp_path / "broker", metadata_uri=store.uri, role=Role.BROKER,
+    node = Node(NodeConfig(port=free_port(), work_dir=tmp_path / "broker", metadata_uri=store.uri, role=Role.BROKER,
                            deep_storage=(tmp_path / "deep").as_uri()))
     node.start()
     try:
