@@ -23,6 +23,7 @@ from sluice.logs import configure as configure_logging
 from sluice.server.roles import Role
 
 if TYPE_CHECKING:
+    from sluice.broker.result_cache import ResultCacheConfig
     from sluice.server.node import NodeConfig
 
 log = logging.getLogger("sluice")
@@ -145,7 +146,6 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
 
 
 def build_node_config(properties: Properties, emitter: EmitterConfig | None = None) -> NodeConfig:
-    from sluice.broker.result_cache import ResultCacheConfig
     from sluice.broker.scheduler import QueryLimits
     from sluice.coordinator.duties import KillConfig
     from sluice.overlord.supervisor.state_manager import SupervisorStateManagerConfig
@@ -195,12 +195,7 @@ def build_node_config(properties: Properties, emitter: EmitterConfig | None = No
                           "query_memory_limit": read.string("sluice.broker.queryMemoryLimit"),
                           "load_max_rows": read.integer("sluice.broker.loadMaxRows", None, minimum=0),
                           "segment_cache": _segment_cache(read),
-                          "result_cache": ResultCacheConfig(
-                              use=read.boolean("druid.broker.cache.useResultLevelCache", False),
-                              populate=read.boolean("druid.broker.cache.populateResultLevelCache", False),
-                              result_limit_bytes=read.integer("druid.broker.cache.resultLevelCacheLimit", 2**31 - 1,
-                                                              minimum=0),
-                              size_bytes=read.integer("druid.cache.sizeInBytes", 256 << 20, minimum=0))}
+                          "result_cache": _result_cache(read)}
     port = read.integer("druid.plaintextPort", None, minimum=1)
     if port is None or port > 65535:
         raise ConfigError(f"druid.plaintextPort: [{read.raw('druid.plaintextPort')}] is not a port number")
@@ -214,6 +209,19 @@ def build_node_config(properties: Properties, emitter: EmitterConfig | None = No
                       max_request_bytes=read.integer("sluice.server.http.maxRequestBytes", None, minimum=0),
                       request_logging=RequestLogConfig.from_properties(properties),
                       json_logs=properties.get("sluice.log.format") == "json", **role_settings)
+
+
+def _result_cache(read: PropertyReader) -> ResultCacheConfig:
+    """Druid's broker keys of the result-level cache; unset, ResultCacheConfig's defaults (Druid's)."""
+    from sluice.broker.result_cache import ResultCacheConfig
+
+    default = ResultCacheConfig()
+    return ResultCacheConfig(
+        use=read.boolean("druid.broker.cache.useResultLevelCache", default.use),
+        populate=read.boolean("druid.broker.cache.populateResultLevelCache", default.populate),
+        result_limit_bytes=read.integer("druid.broker.cache.resultLevelCacheLimit", default.result_limit_bytes,
+                                        minimum=0),
+        size_bytes=read.integer("druid.cache.sizeInBytes", default.size_bytes, minimum=0))
 
 
 #: Druid's HumanReadableBytes units: K, M, G, T, P are powers of 1000 (with or without a B), KiB… powers of 1024

@@ -177,7 +177,7 @@ class Broker:
         for source in sources:
             require(permissions, Resource.datasource(source), Action.READ)
         snapshot = self._snapshot()
-        if any(snapshot.realtime.get(source) for source in sources):
+        if _reads_task_rows(snapshot, sources):
             return None
         return self._result_cache.get(key, _etag(snapshot, sources))
 
@@ -350,7 +350,12 @@ def _same_answer_while_segments_are(translation: Translation, snapshot: _Snapsho
     """Whether the query's answer stays the same while the segments of its data sources do: not over system tables,
     a task's rows, lookups (reloaded on their own) or the clock."""
     return not (translation.system_tables or translation.lookups or translation.reads_clock
-                or any(snapshot.realtime.get(source) for source in translation.data_sources))
+                or _reads_task_rows(snapshot, translation.data_sources))
+
+
+def _reads_task_rows(snapshot: _Snapshot, sources: Iterable[str]) -> bool:
+    """Whether running tasks hold unpublished rows of any of these data sources."""
+    return any(snapshot.realtime.get(source) for source in sources)
 
 
 def _etag(snapshot: _Snapshot, sources: Iterable[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
