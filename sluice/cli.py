@@ -224,9 +224,9 @@ def _result_cache(read: PropertyReader) -> ResultCacheConfig:
         size_bytes=read.integer("druid.cache.sizeInBytes", default.size_bytes, minimum=0))
 
 
-#: Druid's HumanReadableBytes units: K, M, G, T, P are powers of 1000 (with or without a B), KiB… powers of 1024
+#: Druid's HumanReadableBytes units, in any case: k, m, g, t, p are powers of 1000, KiB… PiB powers of 1024 (Druid
+#: refuses `KB`, `MB`…, a fraction and a space inside)
 _BYTE_UNITS = {"": 1, **{p: 1000 ** (i + 1) for i, p in enumerate("kmgtp")},
-               **{f"{p}b": 1000 ** (i + 1) for i, p in enumerate("kmgtp")},
                **{f"{p}ib": 1024 ** (i + 1) for i, p in enumerate("kmgtp")}}
 
 
@@ -242,10 +242,10 @@ def _segment_cache(read: PropertyReader) -> tuple[Path, int] | None:
             or not isinstance(locations[0].get("path"), str):
         raise ConfigError(f'{key}: expected one location, [{{"path": "/dir", "maxSize": "300GiB"}}], found '
                           f"{read.raw(key)}")
-    size = str(locations[0].get("maxSize", DEFAULT_CACHE_MAX_BYTES)).replace(" ", "")
+    size = str(locations[0].get("maxSize", DEFAULT_CACHE_MAX_BYTES)).strip()
     number = re.fullmatch(r"(\d+)([a-zA-Z]*)", size)
     if number is None or number[2].lower() not in _BYTE_UNITS:
-        raise ConfigError(f"{key}: maxSize [{size}] is not a number of bytes (300000000000, 300GB, 300GiB, …)")
+        raise ConfigError(f"{key}: maxSize [{size}] is not a number of bytes (300000000000, 300g, 300GiB, …)")
     return Path(locations[0]["path"]), int(number[1]) * _BYTE_UNITS[number[2].lower()]
 
 

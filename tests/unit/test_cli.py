@@ -151,8 +151,10 @@ def test_the_start_up_warm_up_is_on_unless_a_setting_turns_it_off() -> None:
         build_node_config(resolve(Role.ALL_IN_ONE, [("f", {"sluice.spark.warmUp": "sometimes"})], environ={}))
 
 
-@pytest.mark.parametrize(("max_size", "bytes_"), [(None, 10 << 30), (5_000_000, 5_000_000), ("300GiB", 300 << 30),
-                                                   ("300g", 300 * 10**9), ("2 MB", 2 * 10**6), ("7KiB", 7 << 10)])
+# the forms of Druid's docs (configuration/human-readable-byte) and of its HumanReadableBytes parser
+@pytest.mark.parametrize(("max_size", "bytes_"), [(None, 10 << 30), (3_000_000_000, 3_000_000_000), ("1t", 10**12),
+                                                   ("1T", 10**12), ("1200g", 1_200_000_000_000), ("1GiB", 1 << 30),
+                                                   ("300gib", 300 << 30), ("7KiB", 7 << 10), ("2m", 2_000_000)])
 def test_the_brokers_segment_cache_is_druids_one_location_with_its_max_size(max_size, bytes_) -> None:
     location = {"path": "/srv/cache", **({"maxSize": max_size} if max_size is not None else {})}
     config = build_node_config(resolve(Role.BROKER, [("f", {"druid.segmentCache.locations": json.dumps([location])})],
@@ -167,6 +169,10 @@ def test_the_brokers_segment_cache_is_druids_one_location_with_its_max_size(max_
      "druid.segmentCache.locations: expected one location"),
     ({"druid.segmentCache.locations": '[{"path": "/a", "maxSize": "lots"}]'},
      "druid.segmentCache.locations: maxSize [lots] is not a number of bytes"),
+    ({"druid.segmentCache.locations": '[{"path": "/a", "maxSize": "1.2t"}]'},  # Druid takes whole numbers only
+     "druid.segmentCache.locations: maxSize [1.2t] is not a number of bytes"),
+    ({"druid.segmentCache.locations": '[{"path": "/a", "maxSize": "300GB"}]'},  # Druid's binary units end in iB
+     "druid.segmentCache.locations: maxSize [300GB] is not a number of bytes"),
     ({"druid.metadata.storage.type": "mysql"}, "druid.metadata.storage.type: [mysql] is not supported"),
     ({"druid.metadata.storage.type": "postgresql"}, "druid.metadata.storage.connector.connectURI: required"),
     ({"druid.storage.type": "hdfs"}, "druid.storage.type: [hdfs] is not supported"),
