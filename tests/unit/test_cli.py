@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sluice.broker.result_cache import ResultCacheConfig
 from sluice.broker.scheduler import QueryLimits
 from sluice.coordinator.duties import KillConfig
 from sluice.cli import build_node_config, build_parser, main, node_config
@@ -149,6 +150,16 @@ def test_the_start_up_warm_up_is_on_unless_a_setting_turns_it_off() -> None:
     assert build_node_config(resolve(Role.ALL_IN_ONE, [], environ={"sluice_spark_warmUp": "false"})).warm_up is False
     with pytest.raises(ConfigError, match="sluice.spark.warmUp"):
         build_node_config(resolve(Role.ALL_IN_ONE, [("f", {"sluice.spark.warmUp": "sometimes"})], environ={}))
+
+
+def test_druids_result_level_cache_keys_reach_the_broker() -> None:
+    """The broker keys of Druid's caching docs (configuration: Broker caching); both off unless set."""
+    assert build_node_config(resolve(Role.BROKER, [], environ={})).result_cache.enabled is False
+    config = build_node_config(resolve(Role.BROKER, [("f", {
+        "druid.broker.cache.useResultLevelCache": "true", "druid.broker.cache.populateResultLevelCache": "true",
+        "druid.broker.cache.resultLevelCacheLimit": "1048576", "druid.cache.sizeInBytes": "3000000000"})], environ={}))
+    assert config.result_cache == ResultCacheConfig(use=True, populate=True, result_limit_bytes=1_048_576,
+                                                    size_bytes=3_000_000_000)
 
 
 # the forms of Druid's docs (configuration/human-readable-byte) and of its HumanReadableBytes parser
