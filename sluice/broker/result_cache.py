@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice.broker.engine import QueryResult
+from sluice.segment.segment import SegmentId
 
 __all__ = ["ResultCacheConfig", "ResultLevelCache"]
 
@@ -46,10 +47,14 @@ class ResultCacheConfig:
         return self.use or self.populate
 
 
+#: per data source read, the segments it showed when a result was computed: the same SegmentId objects while the
+#: broker's timeline stands, so that comparing two is a pass of identity checks, not of strings
+ETag = tuple[tuple[str, tuple[SegmentId, ...]], ...]
+
+
 @dataclass(frozen=True)
 class _Entry:
-    #: per data source read, the segment ids it showed when the result was computed
-    etag: tuple[tuple[str, tuple[str, ...]], ...]
+    etag: ETag
     result: QueryResult
     size_bytes: int
 
@@ -78,7 +83,7 @@ class ResultLevelCache:
             entry = self._entries.get(key)
         return None if entry is None else tuple(source for source, _ in entry.etag)
 
-    def get(self, key: tuple[str, str, str], etag: tuple[tuple[str, tuple[str, ...]], ...]) -> QueryResult | None:
+    def get(self, key: tuple[str, str, str], etag: ETag) -> QueryResult | None:
         """The kept result, if it was computed over the segments `etag` names."""
         with self._lock:
             entry = self._entries.get(key)
@@ -87,7 +92,7 @@ class ResultLevelCache:
             self._entries.move_to_end(key)
             return entry.result
 
-    def put(self, key: tuple[str, str, str], etag: tuple[tuple[str, tuple[str, ...]], ...],
+    def put(self, key: tuple[str, str, str], etag: ETag,
             result: QueryResult) -> None:
         size = len(json.dumps(result.rows, default=str)) + sum(map(len, result.columns))
         if size > min(self.config.result_limit_bytes, self.config.size_bytes):

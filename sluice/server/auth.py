@@ -100,10 +100,15 @@ def serve_security(app: FastAPI, security: Security) -> None:
     app.state.security = security
 
 
-def request_access(request: Request) -> Access:
-    """What the request's identity may do; as a dependency, for a handler that checks for itself what its request
-    body names."""
+def _access(request: Request) -> Access:
     return Access(getattr(request.app.state, "security", None), getattr(request.state, "auth", None))
+
+
+async def request_access(request: Request) -> Access:
+    """What the request's identity may do; as a dependency, for a handler that checks for itself what its request
+    body names. A coroutine because FastAPI runs a plain function dependency on its thread pool: a thread hop per
+    query, for building one object."""
+    return _access(request)
 
 
 request_access.guards = True  # type: ignore[attr-defined]
@@ -117,7 +122,7 @@ def method_action(request: Request) -> Action:
 
 def _guard(check: Callable[[Access, Request], None]) -> Any:
     def dependency(request: Request) -> None:
-        check(request_access(request), request)
+        check(_access(request), request)
 
     dependency.guards = True  # type: ignore[attr-defined]
     return Depends(dependency)

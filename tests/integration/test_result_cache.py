@@ -124,3 +124,27 @@ def test_the_least_recently_used_results_go_beyond_the_caches_size(published, tm
     with pytest.raises(SqlError):  # the first went when the third came
         small.sql(queries[0])
     assert [small.sql(q).rows for q in queries[1:]] == [[(4,)], [(5,)]]
+
+
+def test_a_hit_is_answered_on_the_current_snapshot_without_reading_anything_while_it_is_recent(published,
+                                                                                              tmp_path) -> None:
+    """`Broker.cached` is what the SQL API answers on its event loop: no file and no metadata read, so a segment
+    published since the snapshot is not seen until the snapshot is due again, and then the hit has to be run."""
+    metadata, storage, _ = published
+    publish(published, 0, [1, 2], tmp_path)
+    cache = ResultLevelCache(ResultCacheConfig(use=True, populate=True))
+    recent = Broker(metadata, storage, Path("unused-cache"), snapshot_ttl_s=3600, result_cache=cache)
+    assert recent.cached(TOTAL) is None  # nothing kept yet
+    assert recent.sql(TOTAL).rows == [(3,)]
+    publish(published, 1, [10], tmp_path)
+    hide_files(published)
+    assert recent.cached(TOTAL, context={"sqlQueryId": "q-2"}).rows == [(3,)]
+    assert recent.cached(TOTAL, context={"useResultLevelCache": False}) is None
+    with pytest.raises(Forbidden):
+        recent.cached(TOTAL, permissions=_Only("other"))
+
+    for path in published[2]:
+        path.with_suffix(".hidden").rename(path)
+    due = Broker(metadata, storage, Path("unused-cache"), snapshot_ttl_s=0, result_cache=cache)
+    assert due.sql(TOTAL).rows == [(13,)]  # kept, over both segments
+    assert due.cached(TOTAL) is None  # but its snapshot is due again at once: only `sql` may answer
