@@ -19,7 +19,9 @@ TIMESTAMP need nothing and keep Parquet's min/max statistics usable for `__time`
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import os
 import threading
 import time
@@ -307,18 +309,50 @@ def _first_line(error: Exception) -> str:
     return str(error).split("\n", 1)[0]
 
 
-@contextmanager
-def _deadline(cursor: duckdb.DuckDBPyConnection, timeout_ms: int) -> Iterator[None]:
-    """Interrupts what `cursor` runs once `timeout_ms` have passed (the query then fails with InterruptException)."""
-    if timeout_ms <= 0:
-        yield
-        return
-    timer = threading.Timer(timeout_ms / 1000, cursor.interrupt)
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
+class _Watchdog:
+    """Interrupts each query that runs past its timeout (it then fails with InterruptException), from one thread for
+    every query: a `threading.Timer` per query started a thread per query, an eighth of a short query's time on a
+    broker answering dashboards (benchmarks/concurrency.py)."""
+
+    def __init__(self) -> None:
+        self._running: dict[int, tuple[float, duckdb.DuckDBPyConnection]] = {}  # token → deadline, its cursor
+        self._tokens = itertools.count()
+        self._changed = threading.Condition()
+        self._wakes_at = math.inf
+        self._thread: threading.Thread | None = None
+
+    @contextmanager
+    def __call__(self, cursor: duckdb.DuckDBPyConnection, timeout_ms: int) -> Iterator[None]:
+        if timeout_ms <= 0:
+            yield
+            return
+        token, deadline = next(self._tokens), time.monotonic() + timeout_ms / 1000
+        with self._changed:
+            self._running[token] = (deadline, cursor)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="query-watchdog", daemon=True)
+                self._thread.start()
+            if deadline < self._wakes_at:
+                self._changed.notify()
+        try:
+            yield
+        finally:
+            with self._changed:  # under the lock: a cursor is interrupted only while its query still runs
+                self._running.pop(token, None)  # gone already when the watchdog interrupted it
+
+    def _watch(self) -> None:
+        with self._changed:
+            while True:
+                now = time.monotonic()
+                for token, (deadline, cursor) in list(self._running.items()):
+                    if deadline <= now:
+                        del self._running[token]
+                        cursor.interrupt()
+                self._wakes_at = min((deadline for deadline, _ in self._running.values()), default=math.inf)
+                self._changed.wait(None if self._wakes_at == math.inf else self._wakes_at - now)
+
+
+_deadline = _Watchdog()
 
 
 # ---------------------------------------------------------------------------------------------------------- views
@@ -454,7 +488,14 @@ def complex_columns(files: Sequence[SegmentFile]) -> dict[str, str]:
 
     Worked out once per set of file versions: every query asks it of the files it reads, and going through the
     schemas of a week of hourly segments took 12 ms a query, more than DuckDB's run (benchmarks/concurrency.py)."""
-    return dict(_complex_columns(tuple(files), tuple(file_version(_path(file)) for file in files)))
+    return dict(_complex_columns(tuple(files), tuple(map(_version, files))))
+
+
+def _version(file: SegmentFile) -> tuple[int, int]:
+    """A published segment's file never changes under its path (a segment id names one version of its data): only a
+    task's persists are looked at again. A gone segment file shows once DuckDB reads it (SegmentFileGone); a stat
+    of each of a week of hourly segments was a third of a point query's time."""
+    return file_version(file.path, "Realtime") if isinstance(file, RealtimeFile) else (0, 0)
 
 
 @lru_cache(maxsize=256)

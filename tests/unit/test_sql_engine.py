@@ -53,6 +53,31 @@ def test_query_past_its_timeout_is_interrupted(segment: str) -> None:
     }
 
 
+def test_a_shorter_timeout_that_comes_while_a_longer_one_runs_still_interrupts_on_time(segment: str) -> None:
+    """One watchdog thread times every query: it must wake earlier for a query that comes with an earlier deadline
+    than the one it sleeps towards, and leave the other query running."""
+    engine = SqlEngine(threads=1)
+    outcome: list[SqlError] = []
+
+    def long_timeout() -> None:
+        try:
+            engine.execute(SLOW, {"t": [segment]}, context={"sqlQueryId": "q-long", "timeout": 60_000})
+        except SqlError as error:
+            outcome.append(error)
+
+    worker = threading.Thread(target=long_timeout)
+    worker.start()
+    time.sleep(0.3)
+    started = time.monotonic()
+    with pytest.raises(SqlError) as caught:
+        engine.execute(SLOW, {"t": [segment]}, context={"timeout": 300})
+    assert caught.value.status == 504 and time.monotonic() - started < 10
+    assert worker.is_alive() and not outcome  # its own deadline is a minute away
+    assert engine.cancel("q-long")
+    worker.join(10)
+    assert [error.error for error in outcome] == ["Query cancelled"]
+
+
 def test_a_query_within_its_timeout_answers(segment: str) -> None:
     sql = "SELECT COUNT(*), MAX(__time) FROM t"
     result = SqlEngine(threads=1).execute(sql, {"t": [segment]}, context={"timeout": 60_000})
