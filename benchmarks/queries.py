@@ -158,14 +158,15 @@ def sluice_engine(files: list[str]) -> Runner:
     return lambda sql: engine.execute(sql, {DATA_SOURCE: files}).rows
 
 
-def sluice_http(files: list[Path], work_dir: Path, result_cache: Any = None
-                ) -> tuple[Runner, Callable[[], None], float, str]:
+def sluice_http(files: list[Path], work_dir: Path, result_cache: Any = None, memory_limit: str = "4GB",
+                load_max_rows: int | None = None) -> tuple[Runner, Callable[[], None], float, str]:
     """Sluice's Broker and SQL API over a metadata store in which the files are published segments; `result_cache`: a
     `ResultCacheConfig` for Druid's result-level cache (off by default, as in Druid).
 
     Only the broker side of a node is started (no Spark): the same Broker, routers and HTTP server a
     node uses, so a query pays exactly what it pays on a node — metadata read, timeline, DuckDB,
     JSON rendering and HTTP. Returns the runner, its closer, how long the data source took to load, and its URL.
+    `memory_limit` and `load_max_rows` are the node's sluice.broker.queryMemoryLimit and loadMaxRows (None: 50M).
     """
     import httpx
     from fastapi import FastAPI
@@ -199,8 +200,8 @@ def sluice_http(files: list[Path], work_dir: Path, result_cache: Any = None
     result = metadata.commit_segments_and_metadata(segments, DATA_SOURCE, None, None)
     if not result.success:
         raise RuntimeError(result.message)
-    engine = SqlEngine(memory_limit="4GB")
-    loaded = LoadedDataSources(engine.duckdb_config)  # as a node's broker does (its --load-max-rows default)
+    engine = SqlEngine(memory_limit=memory_limit)
+    loaded = LoadedDataSources(engine.duckdb_config, **({} if load_max_rows is None else {"max_rows": load_max_rows}))
     broker = Broker(metadata, LocalDeepStorage(files[0].parent), work_dir / "segment-cache", engine, loaded=loaded,
                     result_cache=ResultLevelCache(result_cache) if result_cache is not None else None)
     app = FastAPI()
