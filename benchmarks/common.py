@@ -22,7 +22,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -285,8 +286,10 @@ class SluiceNode:
     GIL and makes the node's process tree, and so its RSS, its own.
     """
 
-    def __init__(self, work_dir: Path, port: int | None = None) -> None:
+    def __init__(self, work_dir: Path, port: int | None = None, args: Sequence[str] = ()) -> None:
+        """`args`: more of `sluice start`'s flags (--spark-master…)."""
         self.work_dir = work_dir
+        self.args = list(args)
         self.port = port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = work_dir / "sluice-node.log"
@@ -300,7 +303,7 @@ class SluiceNode:
         with open(self.log_path, "ab") as node_log:
             self.process = subprocess.Popen(
                 [str(SLUICE_BIN), "--log-level", "INFO", "start", "--port", str(self.port),
-                 "--work-dir", str(self.work_dir)],
+                 "--work-dir", str(self.work_dir), *self.args],
                 cwd=self.work_dir, stdin=subprocess.DEVNULL, stdout=node_log, stderr=subprocess.STDOUT,
             )
         deadline = began + timeout
@@ -348,6 +351,18 @@ class SluiceNode:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
+
+
+@contextmanager
+def spark_cluster(work_dir: Path, workers: int = 2, cores: int = 1) -> Iterator[list[str]]:
+    """A Spark standalone cluster on loopback (the installed pyspark's master and `workers` workers of `cores`
+    cores), and the flag that makes `sluice start` run its tasks' Spark jobs there (one application, the node's,
+    with every core of the cluster)."""
+    from sluice.dev.spark_cluster import SparkCluster
+
+    with SparkCluster(work_dir / "spark", workers=workers, cores=cores, memory="3g") as cluster:
+        log(f"spark cluster up: {cluster.master_url}, {workers} workers of {cores} core(s)")
+        yield ["--spark-master", cluster.master_url]
 
 
 def sql_rows(http: httpx.Client, query: str) -> list[list[Any]] | None:
