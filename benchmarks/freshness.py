@@ -16,11 +16,13 @@ rest: Python workers start, the JVM compiles; ``ingest.py`` reports that cost). 
 ``--warmup`` seconds of the measured supervisor are still reported apart.
 
     python benchmarks/freshness.py --rate 20000 --seconds 60 --json
+    python benchmarks/freshness.py --rate 20000 --seconds 60 --spark-cluster --json   # the tasks on a Spark cluster
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import tempfile
 import threading
@@ -33,10 +35,11 @@ from typing import Any
 import httpx
 
 from common import (
-    RssSampler, SluiceNode, emit, example_spec, ingest_until_queryable, log, machine, percentile, sql_rows,
-    terminate_supervisor, weighted_percentile,
+    RssSampler, SluiceNode, emit, example_spec, ingest_until_queryable, log, machine, percentile, spark_cluster,
+    sql_rows, terminate_supervisor, weighted_percentile,
 )
 
+IMAGES = Path(__file__).resolve().parents[1] / "docs" / "img"
 TOPIC = "edits"
 DATA_SOURCE = "freshness"
 PARTITIONS = 4
@@ -176,8 +179,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     work_dir = Path(tempfile.mkdtemp(prefix="sluice-bench-fresh-"))
     try:
         tails = templates(20_000, args.seed)
-        with DevKafkaBroker(log_dir=work_dir) as broker, SluiceNode(work_dir / "sluice") as node, \
-                RssSampler(node.pid) as rss:
+        with contextlib.ExitStack() as stack:
+            broker = stack.enter_context(DevKafkaBroker(log_dir=work_dir))
+            flags = stack.enter_context(spark_cluster(work_dir)) if args.spark_cluster else []
+            node = stack.enter_context(SluiceNode(work_dir / "sluice", args=flags))
+            rss = stack.enter_context(RssSampler(node.pid))
             broker.create_topic(TOPIC, PARTITIONS)
             log(f"sluice node healthy after {node.start_s:.1f}s")
             warm_up_s = 0.0
@@ -223,7 +229,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "max_s": _round(max((v for v, _ in pairs), default=None))}
 
     io = spec["spec"]["ioConfig"]
-    return {
+    figures = {
         "benchmark": "freshness",
         "rate_target": args.rate, "rate_achieved": round(achieved), "seconds": args.seconds,
         "events_produced": produced, "events_visible": visibility.total,
@@ -233,6 +239,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "drain_timeout_s": args.drain_timeout,
         "sql_errors": len(visibility.errors), "sql_error_sample": visibility.errors[0] if visibility.errors else None,
         "task_duration": io["taskDuration"], "period": io["period"], "task_count": io["taskCount"],
+        "spark": "standalone cluster, 2 workers of 1 core" if args.spark_cluster else "local",
         "query_granularity": "SECOND", "poll_s": args.poll, "warmup_s": args.warmup,
         "latency": summary(latencies(int(started) + args.warmup)),
         "latency_including_warmup": summary(latencies(0)),
@@ -242,6 +249,41 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         **rss.summary(),
         "machine": machine(),
     }
+    if not args.no_plot:
+        path = args.plot or IMAGES / f"freshness{'_cluster' if args.spark_cluster else ''}.png"
+        plot(latencies(int(started) + args.warmup), figures, path)
+        figures["plot"] = str(path)
+    return figures
+
+
+def plot(pairs: list[tuple[float, int]], figures: dict[str, Any], path: Path) -> None:
+    """The share of events visible within each latency (a CDF over events), with p50 and p95 marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ordered = sorted(pairs)
+    total = sum(n for _, n in ordered) or 1
+    shares, seen = [], 0
+    for _, n in ordered:
+        seen += n
+        shares.append(seen / total)
+    fig, axis = plt.subplots(figsize=(7, 4.5))
+    axis.step([v for v, _ in ordered], shares, where="post")
+    for q in (50, 95):
+        value = figures["latency"][f"p{q}_s"]
+        if value is not None:
+            axis.axvline(value, color="grey", linestyle="--", linewidth=0.8)
+            axis.annotate(f"p{q} {value:.2f} s", (value, q / 100), xytext=(4, -12), textcoords="offset points")
+    axis.set(xlabel="event → visible in Druid SQL (s)", ylabel="share of events", ylim=(0, 1.02),
+             title=f"{figures['rate_achieved']:,} events/s for {figures['seconds']:.0f} s, taskCount "
+                   f"{figures['task_count']}\nSpark: {figures['spark']}")
+    cpu = figures["machine"]
+    fig.suptitle(f"{cpu.get('cpus')} CPUs, {cpu.get('cpu_model', '')}, {cpu.get('memory_gb')} GB", fontsize=8, y=0.02)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
 
 
 def _round(value: float | None) -> float | None:
@@ -261,7 +303,12 @@ def main() -> None:
     parser.add_argument("--poll", type=float, default=0.25, help="seconds between SQL polls")
     parser.add_argument("--drain-timeout", type=float, default=120.0,
                         help="seconds to wait after producing for every event to become visible")
+    parser.add_argument("--spark-cluster", action="store_true",
+                        help="run the tasks on a 2-worker Spark standalone cluster on loopback (--spark-master)")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--plot", type=Path,
+                        help=f"where the latency CDF goes (default: {IMAGES}/freshness.png, freshness_cluster.png)")
+    parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (node log, task dirs) for a look")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line (last line)")
     args = parser.parse_args()

@@ -39,11 +39,15 @@ BENCHMARKS: list[tuple[str, list[str], list[str]]] = [
     ("ingest", ["--events", "1000000", "--rounds", "3"],
      ["--events", "20000", "--rounds", "1", "--task-duration", "PT3S"]),
     ("freshness", ["--rate", "20000", "--seconds", "60"],
-     ["--rate", "1000", "--seconds", "6", "--task-duration", "PT2S", "--warmup", "1", "--warmup-events", "0"]),
+     ["--rate", "1000", "--seconds", "6", "--task-duration", "PT2S", "--warmup", "1", "--warmup-events", "0",
+      "--no-plot"]),
     ("queries", ["--rows", "10000000", "--reps", "20", "--spark-reps", "7"],
      ["--rows", "50000", "--days", "1", "--reps", "2", "--spark-reps", "1"]),
     ("concurrency", ["--rows", "10000000", "--seconds", "15"],
      ["--rows", "20000", "--days", "1", "--seconds", "1", "--clients", "1,4", "--no-plot"]),
+    ("scaling", ["--rows", "1000000,10000000,100000000", "--reps", "10"],
+     ["--rows", "20000,100000", "--days", "1", "--reps", "2", "--no-plot"]),
+    ("task_count", ["--events", "1000000"], ["--events", "20000", "--task-counts", "1,2", "--no-plot"]),
     ("memory", ["--events", "500000", "--settings", "20000,150000"],
      ["--events", "10000", "--settings", "5000", "--task-duration", "PT3S"]),
     ("stages", ["--events", "1000000"], ["--events", "20000"]),
@@ -251,6 +255,38 @@ def summarize(results: dict[str, Any], console: Console) -> dict[str, Any]:
         targets[f"queries at {most} clients >= 100/s with p95 <= 1 s"] = _ge(off["queries_per_s"], 100) and _le(
             off["p95_ms"], 1000)
         targets[f"repeated queries at {most} clients, result cache on, >= 1000/s"] = _ge(on["queries_per_s"], 1000)
+
+    scaling = results.get("scaling", {})
+    if "sizes" in scaling:
+        table = Table(title="Druid SQL over HTTP vs rows stored, p50 / p95 ms", title_justify="left")
+        table.add_column("rows")
+        shapes = list(next(iter(scaling["sizes"].values()))["shapes"])
+        for shape in shapes:
+            table.add_column(shape, justify="right")
+        for rows, size in scaling["sizes"].items():
+            figures = size["shapes"]
+            table.add_row(_n(int(rows)), *(f"{_n(figures[s]['p50_ms'], 1)} / {_n(figures[s]['p95_ms'], 1)}"
+                                           + ("" if figures[s]["same_result_as_duckdb"] else " [red]wrong[/]")
+                                           for s in shapes))
+        console.print(table)
+        largest = scaling["sizes"][str(scaling["rows"][-1])]["shapes"]
+        for shape in ("timeseries", "topN"):
+            targets[f"SQL {shape} p50 <= 500 ms at {scaling['rows'][-1]:,} rows"] = _le(largest[shape]["p50_ms"], 500)
+        targets["SQL cost grows no faster than the rows"] = all(
+            growth <= scaling["rows_growth"] for growth in scaling["p50_growth"].values())
+
+    task_count = results.get("task_count", {})
+    if "modes" in task_count:
+        table = Table(title=f"Ingestion vs taskCount: {task_count['events']:,} events, 4 partitions, events/s "
+                            "(steady reading / submit → queryable)", title_justify="left")
+        table.add_column("Spark")
+        for count in task_count["task_counts"]:
+            table.add_column(f"taskCount {count}", justify="right")
+        for mode, runs in task_count["modes"].items():
+            table.add_row(mode, *(f"{_n(runs[str(c)]['steady_events_per_s'])} / {_n(runs[str(c)]['events_per_s'])}"
+                                  + ("" if runs[str(c)]["totals_as_produced"] else " [red]wrong totals[/]")
+                                  for c in task_count["task_counts"]))
+        console.print(table)
 
     memory = results.get("memory", {})
     if "runs" in memory:
