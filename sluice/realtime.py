@@ -27,6 +27,9 @@ class RealtimeView:
     #: string dimensions whose files hold a multi-value as its JSON array text (a persist's rows are typed before it
     #: knows which dimensions hold several values; the merge at publish makes them lists): the broker reads them so
     multi_values: tuple[str, ...] = ()
+    #: the peon that serves it (`host:port`, as sys.servers names it), set by a broker that asked the peon over HTTP;
+    #: None for a task of the broker's own node
+    server: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"dataSource": self.data_source, "sequenceName": self.sequence_name,

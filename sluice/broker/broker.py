@@ -324,8 +324,9 @@ class Broker:
         if table in (sys_tables.SERVERS, sys_tables.SERVER_SEGMENTS):
             require(permissions, STATE, Action.READ, "Insufficient permission to view servers")
             if table is sys_tables.SERVERS:
-                return sys_tables.servers(self._servers())
-            return sys_tables.server_segments(self._servers(), sorted(available))
+                return sys_tables.servers([*self._servers(), *self._peons()])
+            return sys_tables.server_segments(self._servers(), sorted(available), [
+                segment for segment in _realtime_segments(snapshot) if segment.data_source in sources])
         if table is sys_tables.TASKS:
             live = self._tasks()
             return sys_tables.tasks(t for t in (live if live is not None else self._stored_tasks())
@@ -352,6 +353,14 @@ class Broker:
     def _stored_supervisors(self) -> list[dict[str, Any]]:
         return [sys_tables.supervisor_status(spec_id, spec)
                 for spec_id, spec in self._metadata.active_supervisors().items()]
+
+    def _peons(self) -> list[Server]:
+        """The peons of the running tasks, where they serve their realtime rows (a task running in a node's own
+        process has no location of its own: its node serves it)."""
+        located = {(location["host"], location["port"]) for task in self._tasks() or ()
+                   if task.get("statusCode") == "RUNNING"
+                   and ((location := task.get("location") or {}).get("port") or -1) > 0}
+        return [Server(host, port, "peon") for host, port in sorted(located)]
 
     def _announced_servers(self) -> list[Server]:
         return [Server(node.host, node.port, server_type)
@@ -392,16 +401,16 @@ def _realtime_file(piece: RealtimePiece) -> RealtimeFile:
 
 def _realtime_segments(snapshot: _Snapshot) -> list[RealtimeSegment]:
     """One realtime segment per task group that answers, over all its files."""
-    groups: dict[tuple[str, str], list[str]] = {}
+    groups: dict[tuple[str, str], list[RealtimePiece]] = {}
     for source, pieces in snapshot.realtime.items():
         for piece in pieces:
-            groups.setdefault((source, piece.sequence_name), []).append(piece.path)
+            groups.setdefault((source, piece.sequence_name), []).append(piece)
     segments = []
-    for (source, sequence), paths in sorted(groups.items()):
-        footers = [piece_footer(path) for path in paths]
+    for (source, sequence), pieces in sorted(groups.items()):
+        footers = [piece_footer(piece.path) for piece in pieces]
         interval = Interval(min(f.interval.start for f in footers), max(f.interval.end for f in footers))
         segments.append(RealtimeSegment(sequence, source, interval, sum(f.num_rows for f in footers),
-                                        sum(f.size for f in footers)))
+                                        sum(f.size for f in footers), pieces[0].server))
     return segments
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +55,9 @@ class OverlordClient:
             except httpx.HTTPError:
                 continue
             if response.status_code == 200:  # a task that holds no realtime rows (batch, noop) answers 404
-                views += self._files.local_views(task_url, task["id"],
-                                                 [RealtimeView.from_json(view) for view in response.json()])
+                server = f"{location['host']}:{location['port']}"
+                views += self._files.local_views(task_url, task["id"], [
+                    replace(RealtimeView.from_json(view), server=server) for view in response.json()])
         self._files.retain(views)
         return views
 

@@ -35,6 +35,7 @@ class RealtimePiece:
     sequence_name: str
     #: its string dimensions that hold a row of several values as JSON text (`RealtimeView.multi_values`)
     multi_values: tuple[str, ...] = ()
+    server: str | None = None  # the peon that serves it (`RealtimeView.server`)
 
 
 def visible_pieces(views: Iterable[RealtimeView],
@@ -51,7 +52,8 @@ def visible_pieces(views: Iterable[RealtimeView],
         offsets = committed.get(source, {})
         if any(offsets.get(p, start) > start for p, start in view.start_offsets.items()):
             continue  # its publish committed: the rows are in segments now
-        pieces.setdefault(source, []).extend(RealtimePiece(path, sequence, view.multi_values) for path in view.files)
+        pieces.setdefault(source, []).extend(RealtimePiece(path, sequence, view.multi_values, view.server)
+                                             for path in view.files)
     return pieces
 
 

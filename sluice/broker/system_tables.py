@@ -194,6 +194,7 @@ class RealtimeSegment:
     interval: Interval  # from its first row to just after its last
     num_rows: int
     size: int  # bytes
+    server: str | None = None  # the peon that serves it (None: a task of the broker's own node)
 
 
 def segments(used: Iterable[DataSegment], available: set[SegmentId], overshadowed: set[SegmentId],
@@ -242,11 +243,16 @@ def servers(nodes: Iterable[Server]) -> pa.Table:
     return SERVERS.arrow_table(rows)
 
 
-def server_segments(nodes: Iterable[Server], available: Iterable[SegmentId]) -> pa.Table:
-    """Every broker serves every available segment: it reads them from deep storage itself."""
+def server_segments(nodes: Iterable[Server], available: Iterable[SegmentId],
+                    realtime: Iterable[RealtimeSegment] = ()) -> pa.Table:
+    """Every broker serves every available segment: it reads them from deep storage itself. A realtime segment is
+    served by the peon that holds its rows, or, for a task of the broker's own node, by that node's broker."""
+    brokers = [node.name for node in nodes if node.server_type == "broker"]
     ids = [str(segment_id) for segment_id in available]
-    return SERVER_SEGMENTS.arrow_table(
-        (node.name, segment_id) for node in nodes if node.server_type == "broker" for segment_id in ids)
+    rows = [(broker, segment_id) for broker in brokers for segment_id in ids]
+    rows += [(server, segment.segment_id) for segment in realtime
+             for server in ([segment.server] if segment.server is not None else brokers)]
+    return SERVER_SEGMENTS.arrow_table(rows)
 
 
 def tasks(statuses: Iterable[Mapping[str, Any]]) -> pa.Table:

@@ -84,9 +84,17 @@ def test_a_share_nothing_cluster_ingests_exactly_and_both_brokers_answer_before_
 
         tasks = wait_for(read_everything, 300, "both tasks to read every event")
         assert sorted(w["currCapacityUsed"] for w in httpx.get(f"{leader}{TASKS}/workers").json()) == [1, 1]
+        running = httpx.get(f"{leader}{TASKS}/tasks", params={"state": "running"}).json()
+        peons = sorted(f"{t['location']['host']}:{t['location']['port']}" for t in running)
         for broker in brokers:  # from the peons over HTTP: nothing is published yet
             wait_for(lambda b=broker: sum_count(b) == valid, 60, "the broker to answer from the peons")
             assert sql(broker, "SELECT COUNT(*) AS n FROM sys.segments WHERE is_published = 1") == [{"n": 0}]
+            # sys.servers and sys.server_segments say which peon serves which realtime segment
+            assert [r["server"] for r in sql(broker, "SELECT server FROM sys.servers WHERE server_type = 'peon' "
+                                                     "ORDER BY 1")] == peons
+            served = sql(broker, "SELECT s.server, COUNT(*) AS n FROM sys.server_segments s JOIN sys.segments g "
+                                 "ON s.segment_id = g.segment_id WHERE g.is_realtime = 1 GROUP BY 1 ORDER BY 1")
+            assert [r["server"] for r in served] == peons and all(r["n"] == 1 for r in served)
 
         assert httpx.post(f"{leader}{TASKS}/supervisor/{DS}/terminate").status_code == 200
         for task in tasks:

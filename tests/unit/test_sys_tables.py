@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -196,7 +197,12 @@ def test_live_state_replaces_what_is_stored(store: MetadataStore, tmp_path: Path
             "runnerStatusCode": "PENDING", "duration": None, "createdTime": "2026-01-01T00:00:00.000Z",
             "location": {"host": "10.0.0.7", "port": 8100, "tlsPort": -1}}
     servers = [Server("10.0.0.5", 8081, "broker"), Server("10.0.0.6", 8090, "overlord", is_leader=True)]
-    broker = _broker(store, tmp_path, supervisors=lambda: [supervisor], tasks=lambda: [task], servers=lambda: servers)
+    persist = _write(tmp_path / "task" / "persist-0.parquet", _rows(3, 2, "Fox"))
+    # the task's view as a broker apart from it gets it over HTTP from the peon, and one of the node's own task
+    views = [replace(_view("wiki", "seq_0", {0: 0}, 2, persist), server="10.0.0.7:8100"),
+             _view("wiki", "seq_1", {1: 0}, 1, _write(tmp_path / "own" / "persist-0.parquet", _rows(4, 1, "Gnu")))]
+    broker = _broker(store, tmp_path, supervisors=lambda: [supervisor], tasks=lambda: [task], servers=lambda: servers,
+                     realtime=lambda: views)
 
     assert broker.sql("SELECT state, detailed_state, healthy FROM sys.supervisors").rows == [
         ("UNHEALTHY_SUPERVISOR", "UNABLE_TO_CONNECT_TO_STREAM", 0)]
@@ -205,13 +211,15 @@ def test_live_state_replaces_what_is_stored(store: MetadataStore, tmp_path: Path
                                                   "2026-01-01T00:00:00.000Z")]
     assert broker.sql("SELECT server, host, plaintext_port, tls_port, server_type, is_leader "
                       "FROM sys.servers ORDER BY 1").rows == [
-        ("10.0.0.5:8081", "10.0.0.5", 8081, -1, "broker", None), ("10.0.0.6:8090", "10.0.0.6", 8090, -1, "overlord", 1)]
-    served = broker.sql("""SELECT servers.server, COUNT(*) FROM sys.segments AS segments
+        ("10.0.0.5:8081", "10.0.0.5", 8081, -1, "broker", None), ("10.0.0.6:8090", "10.0.0.6", 8090, -1, "overlord", 1),
+        ("10.0.0.7:8100", "10.0.0.7", 8100, -1, "peon", None)]  # where the running task serves its rows
+    served = broker.sql("""SELECT servers.server, segments.is_realtime, COUNT(*) FROM sys.segments AS segments
                            INNER JOIN sys.server_segments AS server_segments
                              ON segments.segment_id = server_segments.segment_id
                            INNER JOIN sys.servers AS servers ON servers.server = server_segments.server
-                           WHERE segments.datasource = 'wiki' GROUP BY servers.server""").rows
-    assert served == [("10.0.0.5:8081", 3)]
+                           WHERE segments.datasource = 'wiki' GROUP BY 1, 2 ORDER BY 1, 2""").rows
+    # the published segments and the node's own task's rows from the broker, the peon's rows from the peon
+    assert served == [("10.0.0.5:8081", 0, 3), ("10.0.0.5:8081", 1, 1), ("10.0.0.7:8100", 1, 1)]
 
 
 def test_announced_nodes_are_the_default_servers(store: MetadataStore, broker: Broker) -> None:
