@@ -12,6 +12,7 @@ upper bound (that is what an out-of-memory killer looks at, too).
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import math
@@ -71,6 +72,35 @@ def machine() -> dict[str, Any]:
         "load_average_1m": round(os.getloadavg()[0], 2),
         "platform": platform.platform(),
     }
+
+
+# ------------------------------------------------------------------------------------------------ plots
+
+IMAGES = ROOT / "docs" / "img"
+
+
+def add_plot_arguments(parser: argparse.ArgumentParser, default: Path) -> None:
+    parser.add_argument("--plot", type=Path, default=default, help=f"where the PNG goes (default: {default})")
+    parser.add_argument("--no-plot", dest="plot", action="store_const", const=None)
+
+
+def new_figure(columns: int = 1, size: tuple[float, float] = (7, 4.5)) -> tuple[Any, Any]:
+    """A matplotlib figure and its axes, drawn without a display (benchmarks run headless)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(1, columns, figsize=size)
+
+
+def save_figure(fig: Any, path: Path, measured_on: Mapping[str, Any], note: str = "") -> None:
+    """The PNG, with the machine the figures were measured on written below the plot (they mean little without)."""
+    about = f"{measured_on.get('cpus')} CPUs, {measured_on.get('cpu_model', '')}, {measured_on.get('memory_gb')} GB"
+    fig.suptitle(f"{note}; {about}" if note else about, fontsize=8, y=0.01, va="bottom")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
 
 
 # ------------------------------------------------------------------------------------------------ numbers

@@ -22,11 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import emit, log, machine, ms, percentile
+from common import IMAGES, add_plot_arguments, emit, log, machine, ms, new_figure, percentile, save_figure
 from queries import DATA_SOURCE, FIRST_DAY, build_segments, sluice_http
-
-PLOT = Path(__file__).resolve().parents[1] / "docs" / "img" / "concurrency.png"
-
 
 def workload(files: list[Path]) -> dict[str, str]:
     """The two queries: the top pages of one hour, and one page's total over every row."""
@@ -123,12 +120,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def plot(figures: dict[str, Any], clients: list[int], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (qps, p95) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (qps, p95) = new_figure(2, (10, 4))
     for cache in ("off", "on"):
         levels = figures[f"result_cache_{cache}"]
         qps.plot(clients, [levels[str(c)]["queries_per_s"] for c in clients], marker="o", label=f"result cache {cache}")
@@ -138,12 +130,7 @@ def plot(figures: dict[str, Any], clients: list[int], path: Path) -> None:
     for axis in (qps, p95):
         axis.set_xticks(clients, [str(c) for c in clients])
         axis.legend()
-    cpu = figures["machine"]
-    fig.suptitle(f"a small topN and a point filter on {figures['rows']:,} rows; {cpu.get('cpus')} CPUs, "
-                 f"{cpu.get('cpu_model', '')}", fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, figures["machine"], f"a small topN and a point filter on {figures['rows']:,} rows")
 
 
 def main() -> None:
@@ -154,8 +141,7 @@ def main() -> None:
                         help="concurrency levels (default: 1,8,32)")
     parser.add_argument("--seconds", type=float, default=15.0, help="per level")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--plot", type=Path, default=PLOT, help=f"where the PNG goes (default: {PLOT})")
-    parser.add_argument("--no-plot", dest="plot", action="store_const", const=None)
+    add_plot_arguments(parser, IMAGES / "concurrency.png")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line (last line)")
     args = parser.parse_args()
     emit(run(args), args.json)

@@ -35,11 +35,10 @@ from typing import Any
 import httpx
 
 from common import (
-    RssSampler, SluiceNode, emit, example_spec, ingest_until_queryable, log, machine, percentile, spark_cluster,
-    sql_rows, terminate_supervisor, weighted_percentile,
+    IMAGES, RssSampler, SluiceNode, emit, example_spec, ingest_until_queryable, log, machine, new_figure, percentile,
+    save_figure, spark_cluster, sql_rows, terminate_supervisor, weighted_percentile,
 )
 
-IMAGES = Path(__file__).resolve().parents[1] / "docs" / "img"
 TOPIC = "edits"
 DATA_SOURCE = "freshness"
 PARTITIONS = 4
@@ -258,18 +257,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def plot(pairs: list[tuple[float, int]], figures: dict[str, Any], path: Path) -> None:
     """The share of events visible within each latency (a CDF over events), with p50 and p95 marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     ordered = sorted(pairs)
     total = sum(n for _, n in ordered) or 1
     shares, seen = [], 0
     for _, n in ordered:
         seen += n
         shares.append(seen / total)
-    fig, axis = plt.subplots(figsize=(7, 4.5))
+    fig, axis = new_figure()
     axis.step([v for v, _ in ordered], shares, where="post")
     for q in (50, 95):
         value = figures["latency"][f"p{q}_s"]
@@ -279,11 +273,7 @@ def plot(pairs: list[tuple[float, int]], figures: dict[str, Any], path: Path) ->
     axis.set(xlabel="event → visible in Druid SQL (s)", ylabel="share of events", ylim=(0, 1.02),
              title=f"{figures['rate_achieved']:,} events/s for {figures['seconds']:.0f} s, taskCount "
                    f"{figures['task_count']}\nSpark: {figures['spark']}")
-    cpu = figures["machine"]
-    fig.suptitle(f"{cpu.get('cpus')} CPUs, {cpu.get('cpu_model', '')}, {cpu.get('memory_gb')} GB", fontsize=8, y=0.02)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, figures["machine"])
 
 
 def _round(value: float | None) -> float | None:

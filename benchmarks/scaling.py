@@ -20,11 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import emit, log, machine, ms, percentile
+from common import IMAGES, add_plot_arguments, emit, log, machine, ms, new_figure, percentile, save_figure
 from queries import build_segments, duckdb_direct, normalize, shapes, sluice_http
-
-PLOT = Path(__file__).resolve().parents[1] / "docs" / "img" / "scaling.png"
-
 
 def measure(rows: int, args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     """One size: build it, load it, check every shape's answer, time each shape `reps` times."""
@@ -76,13 +73,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def plot(figures: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = figures["rows"]
-    fig, axis = plt.subplots(figsize=(7, 4.5))
+    fig, axis = new_figure()
     for shape in figures["sizes"][str(rows[0])]["shapes"]:
         p50 = [figures["sizes"][str(n)]["shapes"][shape]["p50_ms"] for n in rows]
         line, = axis.plot(rows, p50, marker="o", label=f"{shape} p50")
@@ -92,11 +84,7 @@ def plot(figures: dict[str, Any], path: Path) -> None:
              title="Druid SQL over HTTP vs rows stored (dotted: linear growth)")
     axis.set_xticks(rows, [f"{n:,}" for n in rows])
     axis.legend(fontsize=8)
-    cpu = figures["machine"]
-    fig.suptitle(f"{cpu.get('cpus')} CPUs, {cpu.get('cpu_model', '')}, {cpu.get('memory_gb')} GB", fontsize=8, y=0.02)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, figures["machine"])
 
 
 def main() -> None:
@@ -107,8 +95,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=10, help="timed runs per shape and size")
     parser.add_argument("--memory-limit", default="12GB", help="the broker's sluice.broker.queryMemoryLimit")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--plot", type=Path, default=PLOT, help=f"where the PNG goes (default: {PLOT})")
-    parser.add_argument("--no-plot", dest="plot", action="store_const", const=None)
+    add_plot_arguments(parser, IMAGES / "scaling.png")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line (last line)")
     args = parser.parse_args()
     emit(run(args), args.json)

@@ -24,12 +24,12 @@ from typing import Any
 
 import httpx
 from common import (
-    SluiceNode, emit, example_spec, ingest_until_queryable, log, machine, spark_cluster, sql_rows, terminate_supervisor,
+    IMAGES, SluiceNode, add_plot_arguments, emit, example_spec, ingest_until_queryable, log, machine, new_figure,
+    save_figure, spark_cluster, sql_rows, terminate_supervisor,
 )
 
 PARTITIONS = 4
 TOPIC = "wikipedia"
-PLOT = Path(__file__).resolve().parents[1] / "docs" / "img" / "task_count.png"
 TOTALS = 'SELECT SUM("count"), SUM(added), SUM(deleted) FROM {}'
 
 
@@ -94,13 +94,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def plot(figures: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     counts = figures["task_counts"]
-    fig, axis = plt.subplots(figsize=(7, 4.5))
+    fig, axis = new_figure()
     for mode, runs in figures["modes"].items():
         for figure, style in (("steady_events_per_s", "-"), ("events_per_s", "--")):
             axis.plot(counts, [runs[str(c)][figure] for c in counts], marker="o", linestyle=style,
@@ -109,12 +104,7 @@ def plot(figures: dict[str, Any], path: Path) -> None:
     axis.set_xticks(counts, [str(c) for c in counts])
     axis.set_ylim(bottom=0)
     axis.legend(fontsize=8)
-    cpu = figures["machine"]
-    fig.suptitle(f"{cpu.get('cpus')} CPUs, {cpu.get('cpu_model', '')}, {cpu.get('memory_gb')} GB; cluster: "
-                 "2 workers of 1 core", fontsize=8, y=0.02)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, figures["machine"], "cluster: 2 workers of 1 core")
 
 
 def main() -> None:
@@ -124,8 +114,7 @@ def main() -> None:
     parser.add_argument("--modes", type=lambda text: text.split(","), default=["local", "cluster"])
     parser.add_argument("--timeout", type=float, default=600.0, help="per supervisor, submit to queryable")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--plot", type=Path, default=PLOT, help=f"where the PNG goes (default: {PLOT})")
-    parser.add_argument("--no-plot", dest="plot", action="store_const", const=None)
+    add_plot_arguments(parser, IMAGES / "task_count.png")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line (last line)")
     args = parser.parse_args()
     emit(run(args), args.json)
