@@ -36,31 +36,22 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from sluice.broker import system_tables as sys_tables
-from sluice.broker.engine import (
-    ClippedFile,
-    QueryResult,
-    RealtimeFile,
-    SegmentFile,
-    SegmentFileGone,
-    SqlEngine,
-    complex_columns,
-    multi_value_columns,
-    table_columns,
-)
+from sluice.broker.engine import ClippedFile, QueryResult, RealtimeFile, SegmentFile, SegmentFileGone, SqlEngine, \
+    complex_columns, multi_value_columns, table_columns
 from sluice.broker.errors import SqlError
+from sluice.broker.sql.intervals import overlaps_any
 from sluice.broker.loaded import LoadedDataSources
 from sluice.broker.realtime import RealtimePiece, piece_footer, visible_pieces
 from sluice.broker.result_cache import ETag, ResultLevelCache
-from sluice.broker.sql.intervals import overlaps_any
 from sluice.broker.sql.translate import Translation, translate_query
 from sluice.broker.system_tables import RealtimeSegment, Server, SystemTable
 from sluice.discovery import BROKER, OVERLORD, WORKER, live_nodes
 from sluice.metadata.store import MetadataStore
-from sluice.security.access import ALLOW_ALL_PERMISSIONS, Permissions, readable, require
-from sluice.security.resources import STATE, Action, Resource, ResourceType
 from sluice.segment.deep_storage import DeepStorage
 from sluice.segment.segment import ETERNITY, DataSegment, Interval, SegmentId
 from sluice.segment.timeline import VersionedIntervalTimeline
+from sluice.security.access import ALLOW_ALL_PERMISSIONS, Permissions, readable, require
+from sluice.security.resources import STATE, Action, Resource, ResourceType
 
 if TYPE_CHECKING:
     from sluice.realtime import RealtimeView

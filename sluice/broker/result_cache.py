@@ -92,8 +92,7 @@ class ResultLevelCache:
             self._entries.move_to_end(key)
             return entry.result
 
-    def put(self, key: tuple[str, str, str], etag: ETag,
-            result: QueryResult) -> None:
+    def put(self, key: tuple[str, str, str], etag: ETag, result: QueryResult) -> None:
         size = len(json.dumps(result.rows, default=str)) + sum(map(len, result.columns))
         if size > min(self.config.result_limit_bytes, self.config.size_bytes):
             return

@@ -112,7 +112,9 @@ def sql_router(broker: Broker, emitter: ServiceEmitter = ServiceEmitter("druid/b
             with scheduler.running(context), query_ids(sqlQueryId=query_id):
                 arguments = (payload["query"], payload.get("parameters") or [],
                              {**scheduler.limits.context(context), "sqlQueryId": query_id}, access)
-                result = broker.cached(*arguments) or await run_in_threadpool(broker.sql, *arguments)
+                result = broker.cached(*arguments)  # a hit needs no thread
+                if result is None:
+                    result = await run_in_threadpool(broker.sql, *arguments)
             header = bool(payload.get("header"))
             content, media_type = render(result, result_format, header, bool(payload.get("typesHeader")),
                                          bool(payload.get("sqlTypesHeader")),
