@@ -46,11 +46,16 @@ def log(message: str) -> None:
 
 
 def emit(result: Mapping[str, Any], as_json: bool) -> None:
-    """Print the result: always as the last stdout line with ``--json``, else pretty for a human."""
+    """Print the result: always as the last stdout line with ``--json``, else pretty for a human, after the tables
+    `run_all.py` prints of it (on stderr), with the issues' targets it judges."""
     if as_json:
         print(json.dumps(result, default=str), flush=True)
-    else:
-        print(json.dumps(result, indent=2, default=str), flush=True)
+        return
+    from rich.console import Console
+    from run_all import summarize  # which imports this module
+
+    summarize({result.get("benchmark", ""): dict(result)}, Console(stderr=True))
+    print(json.dumps(result, indent=2, default=str), flush=True)
 
 
 def machine() -> dict[str, Any]:
