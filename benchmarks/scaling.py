@@ -7,7 +7,7 @@ by the broker into DuckDB's storage (its loadMaxRows raised to the largest size,
 historical's cache to its data). Each size has a broker of its own, timed once it reports 100 % loaded. The plot
 shows each shape's p50 against rows on log-log axes, with the line of linear growth from the smallest size.
 
-    python benchmarks/scaling.py --json                        # 1M, 10M, 100M: about 15 minutes on 2 cores
+    python benchmarks/scaling.py --json       # 1M, 10M, 100M: about 5 minutes on 2 cores, 6 GB of memory at 100M
     python benchmarks/scaling.py --rows 100000,1000000 --reps 3 --no-plot    # a smoke run
 """
 
