@@ -388,15 +388,20 @@ class SluiceNode:
         self.stop()
 
 
+_CLUSTER_WORKERS, _CLUSTER_CORES = 2, 1
+#: the Spark cluster `spark_cluster` starts, as the figures measured on it say
+CLUSTER = f"standalone cluster, {_CLUSTER_WORKERS} workers of {_CLUSTER_CORES} core"
+
+
 @contextmanager
-def spark_cluster(work_dir: Path, workers: int = 2, cores: int = 1) -> Iterator[list[str]]:
-    """A Spark standalone cluster on loopback (the installed pyspark's master and `workers` workers of `cores`
-    cores), and the flag that makes `sluice start` run its tasks' Spark jobs there (one application, the node's,
-    with every core of the cluster)."""
+def spark_cluster(work_dir: Path) -> Iterator[list[str]]:
+    """A Spark standalone cluster on loopback (the installed pyspark's master and workers, `CLUSTER`), and the flag
+    that makes `sluice start` run its tasks' Spark jobs there (one application, the node's, with every core of the
+    cluster)."""
     from sluice.dev.spark_cluster import SparkCluster
 
-    with SparkCluster(work_dir / "spark", workers=workers, cores=cores, memory="3g") as cluster:
-        log(f"spark cluster up: {cluster.master_url}, {workers} workers of {cores} core(s)")
+    with SparkCluster(work_dir / "spark", workers=_CLUSTER_WORKERS, cores=_CLUSTER_CORES, memory="3g") as cluster:
+        log(f"spark cluster up: {cluster.master_url}, {CLUSTER}")
         yield ["--spark-master", cluster.master_url]
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from common import IMAGES, add_plot_arguments, emit, log, machine, ms, new_figure, percentile, save_figure
 from queries import DATA_SOURCE, FIRST_DAY, build_segments, sluice_http
 
+
 def workload(files: list[Path]) -> dict[str, str]:
     """The two queries: the top pages of one hour, and one page's total over every row."""
     import duckdb

@@ -35,8 +35,8 @@ from typing import Any
 import httpx
 
 from common import (
-    IMAGES, RssSampler, SluiceNode, emit, example_spec, ingest_until_queryable, log, machine, new_figure, percentile,
-    save_figure, spark_cluster, sql_rows, terminate_supervisor, weighted_percentile,
+    CLUSTER, IMAGES, RssSampler, SluiceNode, emit, example_spec, ingest_until_queryable, log, machine, new_figure,
+    percentile, save_figure, spark_cluster, sql_rows, terminate_supervisor, weighted_percentile,
 )
 
 TOPIC = "edits"
@@ -228,6 +228,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "max_s": _round(max((v for v, _ in pairs), default=None))}
 
     io = spec["spec"]["ioConfig"]
+    measured = latencies(int(started) + args.warmup)
     figures = {
         "benchmark": "freshness",
         "rate_target": args.rate, "rate_achieved": round(achieved), "seconds": args.seconds,
@@ -238,9 +239,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "drain_timeout_s": args.drain_timeout,
         "sql_errors": len(visibility.errors), "sql_error_sample": visibility.errors[0] if visibility.errors else None,
         "task_duration": io["taskDuration"], "period": io["period"], "task_count": io["taskCount"],
-        "spark": "standalone cluster, 2 workers of 1 core" if args.spark_cluster else "local",
+        "spark": CLUSTER if args.spark_cluster else "local",
         "query_granularity": "SECOND", "poll_s": args.poll, "warmup_s": args.warmup,
-        "latency": summary(latencies(int(started) + args.warmup)),
+        "latency": summary(measured),
         "latency_including_warmup": summary(latencies(0)),
         "sql_poll_p50_ms": _round(1000 * (percentile(visibility.queries, 50) or 0)),
         "node_startup_s": round(node.start_s or 0, 2),
@@ -250,7 +251,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     if not args.no_plot:
         path = args.plot or IMAGES / f"freshness{'_cluster' if args.spark_cluster else ''}.png"
-        plot(latencies(int(started) + args.warmup), figures, path)
+        plot(measured, figures, path)
         figures["plot"] = str(path)
     return figures
 
@@ -294,7 +295,7 @@ def main() -> None:
     parser.add_argument("--drain-timeout", type=float, default=120.0,
                         help="seconds to wait after producing for every event to become visible")
     parser.add_argument("--spark-cluster", action="store_true",
-                        help="run the tasks on a 2-worker Spark standalone cluster on loopback (--spark-master)")
+                        help=f"run the tasks on a Spark {CLUSTER} on loopback (--spark-master)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--plot", type=Path,
                         help=f"where the latency CDF goes (default: {IMAGES}/freshness.png, freshness_cluster.png)")

@@ -23,6 +23,7 @@ from typing import Any
 from common import IMAGES, add_plot_arguments, emit, log, machine, ms, new_figure, percentile, save_figure
 from queries import build_segments, duckdb_direct, normalize, shapes, sluice_http
 
+
 def measure(rows: int, args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     """One size: build it, load it, check every shape's answer, time each shape `reps` times."""
     log(f"writing {rows:,} rows as hourly segment files over {args.days} days")

@@ -24,8 +24,8 @@ from typing import Any
 
 import httpx
 from common import (
-    IMAGES, SluiceNode, add_plot_arguments, emit, example_spec, ingest_until_queryable, log, machine, new_figure,
-    save_figure, spark_cluster, sql_rows, terminate_supervisor,
+    CLUSTER, IMAGES, SluiceNode, add_plot_arguments, emit, example_spec, ingest_until_queryable, log, machine,
+    new_figure, save_figure, spark_cluster, sql_rows, terminate_supervisor,
 )
 
 PARTITIONS = 4
@@ -104,7 +104,7 @@ def plot(figures: dict[str, Any], path: Path) -> None:
     axis.set_xticks(counts, [str(c) for c in counts])
     axis.set_ylim(bottom=0)
     axis.legend(fontsize=8)
-    save_figure(fig, path, figures["machine"], "cluster: 2 workers of 1 core")
+    save_figure(fig, path, figures["machine"], f"cluster: {CLUSTER}")
 
 
 def main() -> None:
