@@ -204,7 +204,8 @@ class BatchIndexTask:
             try:
                 if dynamic:  # one job writes the segments
                     result, written = pipeline.write_segments(read.dataframe(), granularity,
-                                                              spec.max_rows_per_segment, work / "merged")
+                                                              spec.max_rows_per_segment, work / "merged",
+                                                              tuning.max_num_concurrent_sub_tasks)
                 else:  # rows are written as read, and rolled up as they are partitioned, in one shuffle
                     result = pipeline.persist(read.dataframe(), work / "persist", rollup=False)
                 read.checkpoint_complete()

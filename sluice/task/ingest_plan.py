@@ -429,18 +429,20 @@ def _discovery(schema: DataSchema, aggregators: list[Aggregator]) -> Discovery:
 
 def multi_value_sql(raw: str, handling: str) -> str:
     """A string dimension's value from the field's text. A JSON array (a multi-value field, as the readers write one)
-    is a multi-value in Druid's multiValueHandling: SORTED_ARRAY sorts its values, SORTED_SET sorts them and drops
-    repeats, ARRAY keeps them as they came. No value is null and one value that value, as Druid stores them; more are
-    the array's JSON text until publish, where the column becomes a list (`MULTI_VALUE_SQL`). Text that starts with
-    `[` but is no JSON array is a plain value."""
+    is a multi-value in Druid's multiValueHandling: SORTED_ARRAY sorts its values (nulls first, as Druid's
+    StringDimensionIndexer), SORTED_SET sorts them and drops repeats, ARRAY keeps them as they came. No value is null
+    and one value that value, as Druid stores them; more are the array's JSON text until publish, where the column
+    becomes a list (`MULTI_VALUE_SQL`). Text that starts with `[` but is no JSON array is a plain value.
+
+    No lambda (`transform`, `array_sort`): Spark evaluates those without code generation, which takes the whole
+    projection of every row out of whole-stage codegen. The array is parsed once per branch it is read in, only for
+    the rows whose text starts with `[`."""
     values = f"from_json({raw}, 'array<string>')"
-    ordered = {"SORTED_ARRAY": f"array_sort({values})", "SORTED_SET": f"array_sort(array_distinct({values}))",
+    ordered = {"SORTED_ARRAY": f"sort_array({values})", "SORTED_SET": f"array_distinct(sort_array({values}))",
                "ARRAY": values}[handling]
-    # the array is parsed once, for the rows whose text starts with `[`
-    # (the lambda's variable is named as no field is: a dimension called `a` would be read as the variable)
-    return (f"CASE WHEN startswith({raw}, '[') THEN element_at(transform(array({ordered}), __values -> CASE "
-            f"WHEN __values IS NULL THEN {raw} WHEN size(__values) = 1 THEN __values[0] "
-            f"WHEN size(__values) > 1 THEN to_json(__values) END), 1) ELSE CAST({raw} AS STRING) END")
+    return (f"CASE WHEN startswith({raw}, '[') THEN CASE WHEN {values} IS NULL THEN {raw} "
+            f"WHEN size({values}) = 1 THEN {values}[0] WHEN size({values}) > 1 THEN to_json({ordered}) END "
+            f"ELSE CAST({raw} AS STRING) END")
 
 
 #: whether a typed string dimension's value holds several (`multi_value_sql`): a persist observes it per dimension
@@ -485,8 +487,10 @@ def _parse_timestamp(raw: str, fmt: str) -> str:
     if fmt == "iso":
         return f"CAST({raw} AS TIMESTAMP)"
     if fmt == "auto":
-        # Druid's auto: digits are epoch millis, anything else is ISO-8601 (with a 'T' or a space)
-        return f"CASE WHEN {raw} RLIKE '^-?[0-9]+$' THEN {numeric['millis']} ELSE CAST({raw} AS TIMESTAMP) END"
+        # Druid's auto: digits are epoch millis, anything else is ISO-8601 (with a 'T' or a space); an ISO date's
+        # fifth character, a '-', tells it from digits without the regex (a tenth of a batch task's CPU)
+        return (f"CASE WHEN substr({raw}, 5, 1) != '-' AND {raw} RLIKE '^-?[0-9]+$' THEN {numeric['millis']} "
+                f"ELSE CAST({raw} AS TIMESTAMP) END")
     return f"to_timestamp({raw}, {string_literal(joda_to_spark_pattern(fmt))})"
 
 

@@ -114,12 +114,12 @@ class RowPipeline:
         observed on them, and an observation copies every column its rows carry.
         """
         plan = self.plan
-        parsed = _parsed_fields(raw, plan)
+        parsed, text = _parsed_fields(raw, plan)
         corrupt = f"`{plan.corrupt_column}` IS NOT NULL OR " if plan.corrupt_column else ""
         rows = parsed.withColumn(TIME, F.expr(plan.time_sql)).withColumn(
             "__unparseable", F.expr(f"__null_record OR {corrupt}`{TIME}` IS NULL"))
         rows = rows.withColumn("__sample", F.when(F.col("__unparseable"), F.concat(
-            F.col(LOCATOR), F.lit(": "), F.substring(F.col("__value").cast("string"), 1, 300))))
+            F.col(LOCATOR), F.lit(": "), F.substring(text.cast("string"), 1, 300))))
         if plan.transforms:
             rows = rows.withColumns({name: F.expr(sql) for name, sql in plan.transforms.items()})
         # Druid checks the window on the transformed timestamp, like the filter sees transformed columns
@@ -185,13 +185,14 @@ class RowPipeline:
         return result
 
     def write_segments(self, raw: DataFrame, segment_granularity: Granularity, max_rows_per_segment: int,
-                       staging_dir: Path) -> tuple[PersistResult, list[SegmentFile]]:
+                       staging_dir: Path, writers: int = 1) -> tuple[PersistResult, list[SegmentFile]]:
         """A batch task's one job (dynamic partitioning): read, parse, roll up and write the segment files at once,
         where a streaming task persists many reads and merges them at publish. The rollup is a `groupBy` with a
-        partial aggregation before its shuffle, as a hand-written job's; its (fewer) rows are then shuffled by
-        bucket, so each bucket is written by one Spark task into the files the merge would write: one per bucket,
-        more where one would exceed maxRowsPerSegment. Discovered and `auto` dimensions take a persist and its merge
-        instead: their names and types are known only once the rows are read."""
+        partial aggregation before its shuffle, as a hand-written job's; each of (at most) `writers` Spark tasks
+        after the shuffle then writes its own files of every bucket it holds rows of, as each of Druid's parallel
+        subtasks writes its own segments of each time chunk (more where one would exceed maxRowsPerSegment). The
+        rollup stays perfect: the shuffle puts every row of a key in one task. Discovered and `auto` dimensions take a
+        persist and its merge instead: their names and types are known only once the rows are read."""
         if self.plan.discovery or self.plan.auto_dimensions:
             persist_dir = staging_dir.with_name(f"{staging_dir.name}-persist")
             result = self.persist(raw, persist_dir)
@@ -201,14 +202,16 @@ class RowPipeline:
         kept = rows.where(c.kept).withColumn(TIME, c.granular_time).withColumn(
             "__bucket", _bucket_millis(segment_granularity))
         aggregated = self._aggregated(kept, True, "__bucket")
-        _write_buckets(aggregated.repartition("__bucket"), max_rows_per_segment, staging_dir)
+        if writers < int(self.spark.conf.get("spark.sql.shuffle.partitions")):
+            aggregated = aggregated.coalesce(writers)
+        _write_buckets(aggregated, max_rows_per_segment, staging_dir)
         result = self._persist_result(observation)
         # known once the rows are read: which columns hold several values, which paths of a json column hold strings
         # and longs; the files are written again (reading the source again could read other records)
         if result.multi_values or _json_columns(aggregated):
             final = staging_dir.with_name(f"{staging_dir.name}-final")
             rows = _as_lists(read_parquet(self.spark, [staging_dir]), result.multi_values)
-            _write_buckets(with_field_columns(rows).repartition("__bucket"), max_rows_per_segment, final)
+            _write_buckets(with_field_columns(rows), max_rows_per_segment, final)
             shutil.rmtree(staging_dir)
             final.rename(staging_dir)
         return result, _segment_files(staging_dir)
@@ -496,31 +499,33 @@ def _segment_files(staging_dir: Path) -> list[SegmentFile]:
     return files
 
 
-def _parsed_fields(raw: DataFrame, plan: IngestPlan) -> DataFrame:
-    """The record's raw fields as strings, next to `__locator`, `__value` (the record text, for samples),
-    `__bytes` and `__null_record` (nothing could be parsed); then the input source's system fields."""
-    parsed = _record_fields(raw, plan)
+def _parsed_fields(raw: DataFrame, plan: IngestPlan) -> tuple[DataFrame, Column]:
+    """The record's raw fields as strings, next to `__locator`, `__bytes` and `__null_record` (nothing could be
+    parsed), then the input source's system fields; and the record's text for samples. The text is an expression
+    over those columns, not a column: only an unparseable row computes it (a reader's fields joined again)."""
+    parsed, text = _record_fields(raw, plan)
     if not plan.system_fields:
-        return parsed
-    return parsed.withColumns({name: F.expr(system_field_sql(name)) for name in plan.system_fields})
+        return parsed, text
+    return parsed.withColumns({name: F.expr(system_field_sql(name)) for name in plan.system_fields}), text
 
 
-def _record_fields(raw: DataFrame, plan: IngestPlan) -> DataFrame:
+def _record_fields(raw: DataFrame, plan: IngestPlan) -> tuple[DataFrame, Column]:
     if plan.discovery and (ERROR in raw.columns or KEY_ERROR in raw.columns):
         raise ValueError("dimensions are discovered in JSON records only; list the dimensions for this inputFormat")
     if ERROR in raw.columns:  # a reader parsed the records: one string column per field
         fields = [_column(f) if f in raw.columns else F.lit(None).cast("string").alias(f) for f in plan.fields]
         if MESSAGE in raw.columns:  # Kafka messages: samples and processedBytes are of the message, as for JSON
-            value, size = F.col(MESSAGE), F.coalesce(F.octet_length(MESSAGE), F.lit(0)).cast("bigint")
+            text, size = F.col(MESSAGE), F.coalesce(F.octet_length(MESSAGE), F.lit(0)).cast("bigint")
+            carried = [MESSAGE]
         else:
-            value = F.coalesce(F.col(ERROR), F.concat_ws(",", *(F.coalesce(_column(f), F.lit(""))
-                                                                for f in plan.fields if f in raw.columns)))
-            size = sum((F.coalesce(F.octet_length(_column(f)), F.lit(0)) for f in plan.fields if f in raw.columns),
-                       F.lit(0)).cast("bigint")
-        return raw.select(LOCATOR, value.alias("__value"), size.alias("__bytes"),
-                          F.col(ERROR).isNotNull().alias("__null_record"), *fields)
+            read = [f for f in plan.fields if f in raw.columns]
+            text = F.coalesce(F.col(ERROR), F.concat_ws(",", *(F.coalesce(_column(f), F.lit("")) for f in read)))
+            size = sum((F.coalesce(F.octet_length(_column(f)), F.lit(0)) for f in read), F.lit(0)).cast("bigint")
+            carried = [ERROR]
+        return raw.select(LOCATOR, *carried, size.alias("__bytes"), F.col(ERROR).isNotNull().alias("__null_record"),
+                          *fields), text
     if KEY_ERROR in raw.columns:
-        return _blended_json_fields(raw, plan)
+        return _blended_json_fields(raw, plan), F.col("__value")
     locator = F.col(LOCATOR) if LOCATOR in raw.columns else F.concat(
         F.lit("partition="), F.col("partition"), F.lit(" offset="), F.col("offset"))
     parsed = raw.select(
@@ -531,7 +536,9 @@ def _record_fields(raw: DataFrame, plan: IngestPlan) -> DataFrame:
     ).select(LOCATOR, "__value", "__bytes", F.col("__r").isNull().alias("__null_record"), "__r.*",
              *(F.col(f"__path_{i}").alias(name) for i, (name, _) in enumerate(plan.json_paths)),
              *([FIELDS_MAP] if plan.discovery else []))
-    return parsed.withColumns({name: F.lit(None).cast("string") for name in plan.json_absent}) if plan.json_absent else parsed
+    if plan.json_absent:
+        parsed = parsed.withColumns({name: F.lit(None).cast("string") for name in plan.json_absent})
+    return parsed, F.col("__value")
 
 
 def _json_parse(plan: IngestPlan) -> list[Column]:

@@ -71,8 +71,9 @@ def status_of(http: httpx.Client, data_source: str) -> dict[str, Any]:
 def test_appended_days_are_compacted_newest_first_behind_the_skip_offset(compacting: Node, http: httpx.Client) -> None:
     ds = "auto_compact"
     parts = [[e for d in DAYS for e in rows(120, d, seed=i)] for i in range(3)]
-    for i, part in enumerate(parts):  # one overwrite, two appends: three segments in each day
-        run(http, task(ds, {"type": "inline", "data": ndjson(part)}, {"type": "json"}, io={"appendToExisting": i > 0}))
+    for i, part in enumerate(parts):  # one overwrite, two appends, each by one writer: three segments in each day
+        run(http, task(ds, {"type": "inline", "data": ndjson(part)}, {"type": "json"}, io={"appendToExisting": i > 0},
+                       tuning={"maxNumConcurrentSubTasks": 1}))
     before = segments_by_day(http, ds)
     assert {d: len(s) for d, s in before.items()} == {d: 3 for d in DAYS}
     everything = [e for part in parts for e in part]
@@ -98,7 +99,7 @@ def test_appended_days_are_compacted_newest_first_behind_the_skip_offset(compact
         wait_for(lambda: len(segments_by_day(http, ds)["2024-03-02"]) == 1, 3, "no compaction")
 
     posted = {"dataSource": ds, "skipOffsetFromLatest": "P1D",
-              "tuningConfig": {"type": "index_parallel", "maxNumConcurrentSubTasks": 2}}
+              "tuningConfig": {"type": "index_parallel", "maxNumConcurrentSubTasks": 1}}  # one segment per day
     response = http.post(CONFIG, json=posted, headers={"X-Druid-Author": "ops", "X-Druid-Comment": "tidy up"})
     assert response.status_code == 200
     stored = http.get(f"{CONFIG}/{ds}").json()

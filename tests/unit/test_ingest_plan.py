@@ -33,7 +33,7 @@ def parses_as_spark_sql(sql: str) -> bool:
 # ---------------------------------------------------------------------------------------------------------------
 # timestampSpec: raw JSON text -> TIMESTAMP, NULL when it does not parse (an unparseable row)
 
-AUTO = ("CASE WHEN `ts` RLIKE '^-?[0-9]+$' THEN timestamp_millis(CAST(`ts` AS BIGINT)) "
+AUTO = ("CASE WHEN substr(`ts`, 5, 1) != '-' AND `ts` RLIKE '^-?[0-9]+$' THEN timestamp_millis(CAST(`ts` AS BIGINT)) "
         "ELSE CAST(`ts` AS TIMESTAMP) END")
 
 TIMESTAMPS = [
