@@ -82,6 +82,13 @@ def test_a_multi_value_dimension_is_stored_as_a_list_in_its_multi_value_handling
     }
 
 
+@pytest.mark.parametrize(("handling", "stored"), [
+    ("SORTED_ARRAY", (None, "a", "b", "b")), ("SORTED_SET", (None, "a", "b")), ("ARRAY", ("b", None, "a", "b"))])
+def test_a_null_among_several_values_sorts_first_as_druid_sorts_them(spark, tmp_path, handling, stored):
+    event = {"ts": "2024-01-01T00:10:00Z", "page": "g", "tags": ["b", None, "a", "b"], "n": 1}
+    assert rows_of(segment(spark, tmp_path, handling, [event])) == {("g", stored, 1, 1)}
+
+
 def test_a_string_dimension_without_several_values_stays_a_string_column(spark, tmp_path):
     file = segment(spark, tmp_path, "SORTED_ARRAY", WITHOUT, [WITH_ARRAYS[4]])  # ["x"] is one value
     assert str(file.schema_arrow.field("tags").type) == "string"
