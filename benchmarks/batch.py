@@ -515,10 +515,11 @@ class FormatProfile:
             return self._segments(read.dataframe(), segments_dir)
 
     def _segments(self, records: Any, segments_dir: Path) -> Any:
-        """The batch task's one job over `records` (dynamic partitioning, DAY segments), its row counts."""
+        """The batch task's one job over `records` (dynamic partitioning, DAY segments, two writers as the task's two
+        subtasks), its row counts."""
         from sluice.spec.granularity import parse_granularity
 
-        return self.pipeline.write_segments(records, parse_granularity("DAY"), 5_000_000, segments_dir)[0].stats
+        return self.pipeline.write_segments(records, parse_granularity("DAY"), 5_000_000, segments_dir, 2)[0].stats
 
     def _builtin(self) -> Any:
         return builtin_records(self.spark, self.fmt, self.paths, self.plan.fields)
