@@ -435,8 +435,8 @@ def multi_value_sql(raw: str, handling: str) -> str:
     becomes a list (`MULTI_VALUE_SQL`). Text that starts with `[` but is no JSON array is a plain value.
 
     No lambda (`transform`, `array_sort`): Spark evaluates those without code generation, which takes the whole
-    projection of every row out of whole-stage codegen. The array is parsed once per branch it is read in, only for
-    the rows whose text starts with `[`."""
+    projection of every row out of whole-stage codegen. So the array is parsed again wherever the expression reads
+    it, but only for the rows whose text starts with `[`."""
     values = f"from_json({raw}, 'array<string>')"
     ordered = {"SORTED_ARRAY": f"sort_array({values})", "SORTED_SET": f"array_distinct(sort_array({values}))",
                "ARRAY": values}[handling]

@@ -189,9 +189,9 @@ class RowPipeline:
         """A batch task's one job (dynamic partitioning): read, parse, roll up and write the segment files at once,
         where a streaming task persists many reads and merges them at publish. The rollup is a `groupBy` with a
         partial aggregation before its shuffle, as a hand-written job's; each of (at most) `writers` Spark tasks
-        after the shuffle then writes its own files of every bucket it holds rows of, as each of Druid's parallel
-        subtasks writes its own segments of each time chunk (more where one would exceed maxRowsPerSegment). The
-        rollup stays perfect: the shuffle puts every row of a key in one task. Discovered and `auto` dimensions take a
+        after it then writes its own files of every bucket it holds rows of, as each of Druid's parallel subtasks
+        writes its own segments of each time chunk (more where one would exceed maxRowsPerSegment). The rollup stays
+        perfect: the shuffle puts every row of a key in one task. Discovered and `auto` dimensions take a
         persist and its merge instead: their names and types are known only once the rows are read."""
         if self.plan.discovery or self.plan.auto_dimensions:
             persist_dir = staging_dir.with_name(f"{staging_dir.name}-persist")
@@ -201,9 +201,7 @@ class RowPipeline:
         c = self._persist_columns()
         kept = rows.where(c.kept).withColumn(TIME, c.granular_time).withColumn(
             "__bucket", _bucket_millis(segment_granularity))
-        aggregated = self._aggregated(kept, True, "__bucket")
-        if writers < int(self.spark.conf.get("spark.sql.shuffle.partitions")):
-            aggregated = aggregated.coalesce(writers)
+        aggregated = self._aggregated(kept, True, "__bucket").coalesce(writers)  # never adds Spark tasks
         _write_buckets(aggregated, max_rows_per_segment, staging_dir)
         result = self._persist_result(observation)
         # known once the rows are read: which columns hold several values, which paths of a json column hold strings
