@@ -322,6 +322,11 @@ class IngestPlan:
     time_sql: str
     transforms: dict[str, str]
     filter_sql: str | None
+    #: column -> SQL, made before the typed columns: a string dimension's values when its text is a JSON array.
+    #: A column, not an expression repeated in the typed one: Spark's code generation evaluates an expression that
+    #: occurs several times once for every row, also where a CASE would not reach it, and parsing every value of
+    #: every string dimension as JSON took a third of a batch job's time.
+    value_arrays: dict[str, str]
     #: output column -> typed SQL
     typed_columns: dict[str, str]
     #: (raw input column, SQL over the raw fields): a non-null raw value whose SQL is NULL did not parse, which
@@ -386,8 +391,11 @@ def compile_plan(schema: DataSchema, flatten: FlattenSpec | None = None, lookups
     ddl = ", ".join([*(f"{q(name)} STRING" for name in sorted(json_fields or {"__any"})),
                      *([f"{q(corrupt)} STRING"] if corrupt else [])])
 
+    strings = [d.name for d in dimensions if d.type == "string"]
+    arrays = {f"__values_{name}": f"CASE WHEN startswith({q(name)}, '[') THEN {STRING_ARRAY_SQL.format(c=q(name))} END"
+              for name in strings}
     typed = {d.name: json_sql(q(d.name)) if d.type == "json" else
-             multi_value_sql(q(d.name), d.multi_value_handling) if d.type == "string" else
+             multi_value_sql(q(d.name), d.multi_value_handling, q(f"__values_{d.name}")) if d.type == "string" else
              f"CAST({q(d.name)} AS {_DIMENSION_SQL_TYPE[d.type]})" for d in dimensions}
     checks = [(d.name, typed[d.name]) for d in dimensions if d.type not in ("string", "json", "auto")]
     for metric in aggregators:
@@ -403,6 +411,7 @@ def compile_plan(schema: DataSchema, flatten: FlattenSpec | None = None, lookups
             name: f"timestamp_millis(CAST({t.sql} AS BIGINT))" if name == TIME else t.sql for name, t in transforms.items()
         },
         filter_sql=filter_.to_spark_sql() if filter_ else None,
+        value_arrays=arrays,
         typed_columns=typed,
         parse_checks=tuple(checks),
         query_granularity_sql=schema.granularity_spec.query_granularity.spark_sql(q(TIME)),
@@ -414,7 +423,7 @@ def compile_plan(schema: DataSchema, flatten: FlattenSpec | None = None, lookups
         json_absent=tuple(absent),
         discovery=_discovery(schema, aggregators) if schema.dimensions_spec.discovers else None,
         auto_dimensions=tuple(d.name for d in dimensions if d.type == "auto"),
-        string_dimensions=tuple(d.name for d in dimensions if d.type == "string"),
+        string_dimensions=tuple(strings),
         system_fields=system,
     )
 
@@ -427,17 +436,18 @@ def _discovery(schema: DataSchema, aggregators: list[Aggregator]) -> Discovery:
     return Discovery(tuple(sorted(excluded)), spec.use_schema_discovery, transformed)
 
 
-def multi_value_sql(raw: str, handling: str) -> str:
+def multi_value_sql(raw: str, handling: str, values: str | None = None) -> str:
     """A string dimension's value from the field's text. A JSON array (a multi-value field, as the readers write one)
     is a multi-value in Druid's multiValueHandling: SORTED_ARRAY sorts its values (nulls first, as Druid's
     StringDimensionIndexer), SORTED_SET sorts them and drops repeats, ARRAY keeps them as they came. No value is null
     and one value that value, as Druid stores them; more are the array's JSON text until publish, where the column
     becomes a list (`MULTI_VALUE_SQL`). Text that starts with `[` but is no JSON array is a plain value.
 
-    No lambda (`transform`, `array_sort`): Spark evaluates those without code generation, which takes the whole
-    projection of every row out of whole-stage codegen. So the array is parsed again wherever the expression reads
-    it, but only for the rows whose text starts with `[`."""
-    values = f"from_json({raw}, 'array<string>')"
+    Neither lambdas (`transform`, `array_sort`) nor `from_json`: Spark evaluates those without code generation,
+    which takes the whole projection of every row out of whole-stage codegen (`STRING_ARRAY_SQL`). `values` is a
+    column that holds the parsed array already (`IngestPlan.value_arrays`); without it the expression parses the
+    text wherever it reads the array."""
+    values = values or STRING_ARRAY_SQL.format(c=raw)
     ordered = {"SORTED_ARRAY": f"sort_array({values})", "SORTED_SET": f"array_distinct(sort_array({values}))",
                "ARRAY": values}[handling]
     return (f"CASE WHEN startswith({raw}, '[') THEN CASE WHEN {values} IS NULL THEN {raw} "
@@ -445,10 +455,14 @@ def multi_value_sql(raw: str, handling: str) -> str:
             f"ELSE CAST({raw} AS STRING) END")
 
 
+#: a JSON array's values as strings (an element that is no string as its JSON text), null for text that is no JSON
+#: array. Spark's `from_json` does this too, but without code generation (a CodegenFallback); it also takes single
+#: quotes for double ones, which Druid's parser does not.
+STRING_ARRAY_SQL = "try_variant_get(try_parse_json({c}), '$', 'array<string>')"
 #: whether a typed string dimension's value holds several (`multi_value_sql`): a persist observes it per dimension
-IS_MULTI_VALUE_SQL = "startswith({c}, '[') AND from_json({c}, 'array<string>') IS NOT NULL"
+IS_MULTI_VALUE_SQL = f"startswith({{c}}, '[') AND {STRING_ARRAY_SQL} IS NOT NULL"
 #: a multi-value dimension's segment column, a list of strings, from its typed value
-MULTI_VALUE_SQL = ("CASE WHEN startswith({c}, '[') THEN coalesce(from_json({c}, 'array<string>'), array({c})) "
+MULTI_VALUE_SQL = (f"CASE WHEN startswith({{c}}, '[') THEN coalesce({STRING_ARRAY_SQL}, array({{c}})) "
                    "WHEN {c} IS NOT NULL THEN array({c}) END")
 
 

@@ -130,6 +130,7 @@ class RowPipeline:
         rows = rows.withColumns({"__thrown": F.expr(thrown), "__perr": F.expr(perr)})
         if plan.discovery:
             rows = rows.withColumn(DISCOVERED, F.expr(plan.discovery.entries_sql()))
+        rows = rows.withColumns({name: F.expr(sql) for name, sql in plan.value_arrays.items()})
         rows = rows.withColumns({name: F.expr(sql) for name, sql in plan.typed_columns.items()})
         return rows.select(*_columns(TIME, *plan.dimensions, *(f"__in_{m}" for m in plan.metrics)),
                            *([DISCOVERED] if plan.discovery else []),

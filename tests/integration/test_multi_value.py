@@ -89,6 +89,14 @@ def test_a_null_among_several_values_sorts_first_as_druid_sorts_them(spark, tmp_
     assert rows_of(segment(spark, tmp_path, handling, [event])) == {("g", stored, 1, 1)}
 
 
+def test_text_in_single_quotes_is_no_json_array_as_druids_parser_reads_it(spark, tmp_path):
+    """Spark's from_json would take `['b', 'a']` for an array; Druid's JSON parser (Jackson's defaults) does not."""
+    event = {"ts": "2024-01-01T00:10:00Z", "page": "h", "tags": "['b', 'a']", "n": 1}
+    file = segment(spark, tmp_path, "SORTED_ARRAY", [event])
+    assert str(file.schema_arrow.field("tags").type) == "string"
+    assert rows_of(file) == {("h", "['b', 'a']", 1, 1)}
+
+
 def test_a_string_dimension_without_several_values_stays_a_string_column(spark, tmp_path):
     file = segment(spark, tmp_path, "SORTED_ARRAY", WITHOUT, [WITH_ARRAYS[4]])  # ["x"] is one value
     assert str(file.schema_arrow.field("tags").type) == "string"

@@ -15,7 +15,14 @@ import sqlglot
 
 from sluice.spec.data_schema import AggregatorType, DataSchema, TimestampSpec
 from sluice.task.compact_task import combining_aggregator
-from sluice.task.ingest_plan import IngestPlan, compile_plan, joda_to_spark_pattern, multi_value_sql, timestamp_sql
+from sluice.task.ingest_plan import (
+    STRING_ARRAY_SQL,
+    IngestPlan,
+    compile_plan,
+    joda_to_spark_pattern,
+    multi_value_sql,
+    timestamp_sql,
+)
 
 
 def plan(**data_schema: Any) -> IngestPlan:
@@ -196,12 +203,16 @@ def test_typed_dimension_columns():
                                                    {"name": "score", "type": "double"},
                                                    {"name": "user", "type": "string"}]})
     assert compiled.typed_columns == {
-        "page": multi_value_sql("`page`", "SORTED_ARRAY"),
+        "page": multi_value_sql("`page`", "SORTED_ARRAY", "`__values_page`"),
         "views": "CAST(`views` AS BIGINT)",
         "ratio": "CAST(`ratio` AS FLOAT)",
         "score": "CAST(`score` AS DOUBLE)",
-        "user": multi_value_sql("`user`", "SORTED_ARRAY"),
+        "user": multi_value_sql("`user`", "SORTED_ARRAY", "`__values_user`"),
     }
+    # a string's JSON array is parsed once, into a column of its own, and only when the text starts with `[`
+    assert compiled.value_arrays == {
+        f"__values_{name}": f"CASE WHEN startswith(`{name}`, '[') THEN {STRING_ARRAY_SQL.format(c=f'`{name}`')} END"
+        for name in ("page", "user")}
     assert compiled.string_dimensions == ("page", "user")
     # a string takes any value; a number that does not parse is ingested as null and counted processedWithError
     assert compiled.parse_checks == (("views", "CAST(`views` AS BIGINT)"), ("ratio", "CAST(`ratio` AS FLOAT)"),
