@@ -324,8 +324,8 @@ class IngestPlan:
     filter_sql: str | None
     #: column -> SQL, made before the typed columns: a string dimension's values when its text is a JSON array.
     #: A column, not an expression repeated in the typed one: Spark's code generation evaluates an expression that
-    #: occurs several times once for every row, also where a CASE would not reach it, and parsing every value of
-    #: every string dimension as JSON took a third of a batch job's time.
+    #: occurs several times once for every row, also where a CASE would not reach it: parsing every value of every
+    #: string dimension as JSON made a batch job a third slower.
     value_arrays: dict[str, str]
     #: output column -> typed SQL
     typed_columns: dict[str, str]
