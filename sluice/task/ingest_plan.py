@@ -325,7 +325,7 @@ class IngestPlan:
     #: column -> SQL, made before the typed columns: a string dimension's values when its text is a JSON array.
     #: A column, not an expression repeated in the typed one: Spark's code generation evaluates an expression that
     #: occurs several times once for every row, also where a CASE would not reach it: parsing every value of every
-    #: string dimension as JSON made a batch job a third slower.
+    #: string dimension as JSON, a batch job took 1.5 × as long as with no multi-value handling at all.
     value_arrays: dict[str, str]
     #: output column -> typed SQL
     typed_columns: dict[str, str]
