@@ -392,10 +392,11 @@ def compile_plan(schema: DataSchema, flatten: FlattenSpec | None = None, lookups
                      *([f"{q(corrupt)} STRING"] if corrupt else [])])
 
     strings = [d.name for d in dimensions if d.type == "string"]
-    arrays = {f"__values_{name}": f"CASE WHEN startswith({q(name)}, '[') THEN {STRING_ARRAY_SQL.format(c=q(name))} END"
+    values = {name: f"__values_{name}" for name in strings}  # the value_arrays column of each string dimension
+    arrays = {values[name]: f"CASE WHEN startswith({q(name)}, '[') THEN {STRING_ARRAY_SQL.format(c=q(name))} END"
               for name in strings}
     typed = {d.name: json_sql(q(d.name)) if d.type == "json" else
-             multi_value_sql(q(d.name), d.multi_value_handling, q(f"__values_{d.name}")) if d.type == "string" else
+             multi_value_sql(q(d.name), d.multi_value_handling, q(values[d.name])) if d.type == "string" else
              f"CAST({q(d.name)} AS {_DIMENSION_SQL_TYPE[d.type]})" for d in dimensions}
     checks = [(d.name, typed[d.name]) for d in dimensions if d.type not in ("string", "json", "auto")]
     for metric in aggregators:
