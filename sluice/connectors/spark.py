@@ -10,6 +10,9 @@ and asks for more until the coordinator says nothing more comes::
         df.write.parquet(...)          # one Spark job; its tasks are the readers
         read.checkpoint_complete()     # the job's output is committed: no split is given back after this
 
+`subtasks()` is the same read as one single-partition DataFrame per reader, for a job that works on each reader's
+rows on their own (a batch task's subtasks, each rolling up and writing what it read).
+
 An unbounded source is read in epochs, one job each, over the same DataFrame: `next_epoch()` before each job,
 `checkpoint_complete(epoch)` once its output is committed (a streaming task's persists).
 
@@ -44,7 +47,7 @@ from sluice.connectors.reading import read_assigned
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 
 SOURCE_NAME = "sluice_connector"
 #: the local property that carries the epoch of an unbounded read to the job's readers
@@ -148,13 +151,13 @@ class ReaderPartition(InputPartition):
 
 
 class _ConnectorReader(DataSourceReader):
-    def __init__(self, source: Source[Any, Any], url: str, parallelism: int) -> None:
+    def __init__(self, source: Source[Any, Any], url: str, readers: range) -> None:
         self.source = source
         self.url = url
-        self.parallelism = parallelism
+        self.readers = readers
 
     def partitions(self) -> list[InputPartition]:
-        return [ReaderPartition(i) for i in range(self.parallelism)]
+        return [ReaderPartition(i) for i in self.readers]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -168,7 +171,8 @@ class _ConnectorReader(DataSourceReader):
 
 
 class ConnectorDataSource(DataSource):
-    """Options: ``source`` (the pickled Source, base64), ``coordinator`` (the driver's URL), ``parallelism``."""
+    """Options: ``source`` (the pickled Source, base64), ``coordinator`` (the driver's URL), ``parallelism``, and
+    ``reader`` (only that reader's partition; all of them without it)."""
 
     @classmethod
     def name(cls) -> str:
@@ -181,7 +185,9 @@ class ConnectorDataSource(DataSource):
         return from_arrow_schema(self._source().output_schema())
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return _ConnectorReader(self._source(), self.options["coordinator"], int(self.options["parallelism"]))
+        reader = self.options.get("reader")
+        readers = range(int(self.options["parallelism"])) if reader is None else range(int(reader), int(reader) + 1)
+        return _ConnectorReader(self._source(), self.options["coordinator"], readers)
 
 
 class ConnectorRead:
@@ -216,10 +222,18 @@ class ConnectorRead:
             self.spark.sparkContext.setLocalProperty(EPOCH, None)
 
     def dataframe(self) -> DataFrame:
+        return self._load().load()
+
+    def subtasks(self) -> list[DataFrame]:
+        """One DataFrame per reader, each a single Spark partition; in one job (their union), still one Spark task
+        per reader, asking the same coordinator for splits."""
+        return [self._load().option("reader", str(i)).load() for i in range(self.parallelism)]
+
+    def _load(self) -> DataFrameReader:
         return (self.spark.read.format(SOURCE_NAME)
                 # cloudpickle: a source defined in a notebook or a script travels by value
                 .option("source", _encode(cloudpickle.dumps(self.source)))
-                .option("coordinator", self.url).option("parallelism", str(self.parallelism)).load())
+                .option("coordinator", self.url).option("parallelism", str(self.parallelism)))
 
     def checkpoint_complete(self, checkpoint_id: int = 1) -> None:
         self.host.checkpoint_complete(checkpoint_id)

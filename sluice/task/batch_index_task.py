@@ -1,9 +1,10 @@
 """Druid's native batch tasks, `index_parallel` and `index`: an input source read once into segments.
 
 The input source's coordinator plans its splits onto `maxNumConcurrentSubTasks` readers, which Spark runs as
-the tasks of one job; the same job parses, transforms and rolls the rows up (the streaming task's pipeline)
-into a persist, and a second job merges the persist into segment files (cut at maxRowsPerSegment, or into
-hashed or range shards for perfect rollup). Then the segments get their ids under the task's locks and are
+the tasks of one job; the same job parses, transforms and rolls the rows up (the streaming task's pipeline).
+With dynamic partitioning each of those tasks also writes the segment files of its rows (cut at
+maxRowsPerSegment; best-effort rollup, as Druid's); for perfect rollup the job writes a persist, and a second
+job rolls it up into hashed or range shards. Then the segments get their ids under the task's locks and are
 committed in one metadata transaction: until then nothing is visible, so a task that fails or is killed at
 any point publishes nothing, and running it again gives the same answers.
 
@@ -203,9 +204,8 @@ class BatchIndexTask:
             self._read = read
             try:
                 if dynamic:  # one job writes the segments
-                    result, written = pipeline.write_segments(read.dataframe(), granularity,
-                                                              spec.max_rows_per_segment, work / "merged",
-                                                              tuning.max_num_concurrent_sub_tasks)
+                    result, written = pipeline.write_segments(read.subtasks(), granularity,
+                                                              spec.max_rows_per_segment, work / "merged")
                 else:  # rows are written as read, and rolled up as they are partitioned, in one shuffle
                     result = pipeline.persist(read.dataframe(), work / "persist", rollup=False)
                 read.checkpoint_complete()

@@ -12,6 +12,7 @@ import shutil
 import uuid
 import weakref
 from dataclasses import dataclass, replace
+from functools import reduce
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
@@ -185,26 +186,34 @@ class RowPipeline:
         persists.write_multi_values(persist_dir, result.multi_values)  # for the merge at publish, also after a restore
         return result
 
-    def write_segments(self, raw: DataFrame, segment_granularity: Granularity, max_rows_per_segment: int,
-                       staging_dir: Path, writers: int = 1) -> tuple[PersistResult, list[SegmentFile]]:
+    def write_segments(self, subtasks: Sequence[DataFrame], segment_granularity: Granularity,
+                       max_rows_per_segment: int, staging_dir: Path) -> tuple[PersistResult, list[SegmentFile]]:
         """A batch task's one job (dynamic partitioning): read, parse, roll up and write the segment files at once,
-        where a streaming task persists many reads and merges them at publish. The rollup is a `groupBy` with a
-        partial aggregation before its shuffle, as a hand-written job's; each of (at most) `writers` Spark tasks
-        after it then writes its own files of every bucket it holds rows of, as each of Druid's parallel subtasks
-        writes its own segments of each time chunk (more where one would exceed maxRowsPerSegment). The rollup stays
-        perfect: the shuffle puts every row of a key in one task. Discovered and `auto` dimensions take a
-        persist and its merge instead: their names and types are known only once the rows are read."""
+        where a streaming task persists many reads and merges them at publish.
+
+        `subtasks` are the records each of the task's subtasks reads (`ConnectorRead.subtasks`). As Druid's
+        parallel subtasks do, each rolls up its own rows and writes its own segments of each time chunk (more where
+        one would exceed maxRowsPerSegment), in one Spark task and with no shuffle: dynamic partitioning is Druid's
+        best-effort rollup, where a key that two subtasks read is a row in each of their segments, which queries
+        add up. A shuffle for perfect rollup moved nearly every row for nothing where rows hardly combine, and
+        perfect rollup is what the other partitionsSpecs are for. Discovered and `auto` dimensions take a persist
+        and its merge instead: their names and types are known only once the rows are read."""
         if self.plan.discovery or self.plan.auto_dimensions:
             persist_dir = staging_dir.with_name(f"{staging_dir.name}-persist")
-            result = self.persist(raw, persist_dir)
+            result = self.persist(reduce(DataFrame.union, subtasks), persist_dir)
             return result, self.merge([persist_dir], segment_granularity, max_rows_per_segment, staging_dir)
-        rows, observation = self._observed(raw, count_keys=False)
         c = self._persist_columns()
-        kept = rows.where(c.kept).withColumn(TIME, c.granular_time).withColumn(
-            "__bucket", _bucket_millis(segment_granularity))
-        aggregated = self._aggregated(kept, True, "__bucket").coalesce(writers)  # never adds Spark tasks
+        rolled_up, observations = [], []
+        for records in subtasks:
+            # one Spark partition: the rollup needs no shuffle to see every row of a key
+            rows, observation = self._observed(records.coalesce(1), count_keys=False)
+            kept = rows.where(c.kept).withColumn(TIME, c.granular_time).withColumn(
+                "__bucket", _bucket_millis(segment_granularity))
+            rolled_up.append(self._aggregated(kept, True, "__bucket"))
+            observations.append(observation)
+        aggregated = reduce(DataFrame.union, rolled_up)
         _write_buckets(aggregated, max_rows_per_segment, staging_dir)
-        result = self._persist_result(observation)
+        result = self._combined([self._persist_result(o) for o in observations])
         # known once the rows are read: which columns hold several values, which paths of a json column hold strings
         # and longs; the files are written again (reading the source again could read other records)
         if result.multi_values or _json_columns(aggregated):
@@ -235,6 +244,13 @@ class RowPipeline:
         multi_values = tuple(name for i, name in enumerate(self.plan.string_dimensions)
                              if (metrics[f"multiValues{i // _MASK_BITS}"] or 0) >> i % _MASK_BITS & 1)
         return PersistResult(stats, metrics["sample"], metrics.get("rollupKeys"), multi_values)
+
+    def _combined(self, results: Sequence[PersistResult]) -> PersistResult:
+        """The counters observed on each subtask of a job as one: what one observation of all its rows would give."""
+        several = {name for r in results for name in r.multi_values}
+        return PersistResult(sum((r.stats for r in results), RowStats()),
+                             min((r.parse_error_sample for r in results if r.parse_error_sample), default=None),
+                             multi_values=tuple(name for name in self.plan.string_dimensions if name in several))
 
     def _persist_columns(self) -> _PersistColumns:
         """Built once: each column costs py4j round trips, and building them for every job delayed each job's

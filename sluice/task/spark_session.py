@@ -143,6 +143,9 @@ def _session(master: str, app_name: str, java_options: str) -> SparkSession:
         # committing each file in place (v2) and no _SUCCESS marker spare every small job two renames
         .config("spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version", "2")
         .config("spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+        # a union of single-partition branches (a batch task's subtasks) stays one Spark task per branch; Spark's
+        # default would run them all in one task, as one partition
+        .config("spark.sql.unionOutputPartitioning", "false")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -106,7 +106,7 @@ def test_a_string_dimension_without_several_values_stays_a_string_column(spark, 
 def test_a_batch_task_writes_its_segment_again_once_it_knows_a_dimension_is_multi_valued(spark, tmp_path):
     """A batch task's rows go to segment files in one job; the dimension is known to be multi-valued only then."""
     pipeline = pipeline_of(spark, "SORTED_SET")
-    result, [file] = pipeline.write_segments(records(spark, WITH_ARRAYS + WITHOUT), parse_granularity("DAY"), 1000,
+    result, [file] = pipeline.write_segments([records(spark, WITH_ARRAYS + WITHOUT)], parse_granularity("DAY"), 1000,
                                              tmp_path / "segment")
     assert result.multi_values == ("tags",) and result.stats.processed == 8
     assert str(pq.ParquetFile(file.path).schema_arrow.field("tags").type) == "list<element: string>"
@@ -114,6 +114,18 @@ def test_a_batch_task_writes_its_segment_again_once_it_knows_a_dimension_is_mult
         ("a", ("a", "b"), 2, 3), ("b", ("solo",), 1, 4), ("c", None, 1, 8), ("d", ("x",), 1, 16),
         ("e", ("[draft]",), 1, 32), ("a", ("solo",), 1, 64), ("f", None, 1, 128)}
     assert file.num_rows == 7
+
+
+def test_a_dimension_multi_valued_in_one_subtasks_rows_is_a_list_in_every_subtasks_segment(spark, tmp_path):
+    """Each subtask writes its own segment; a segment's columns must not depend on which rows a subtask read."""
+    pipeline = pipeline_of(spark, "SORTED_SET")
+    result, files = pipeline.write_segments([records(spark, WITH_ARRAYS), records(spark, WITHOUT)],
+                                            parse_granularity("DAY"), 1000, tmp_path / "segment")
+    assert result.multi_values == ("tags",) and len(files) == 2
+    assert {str(pq.ParquetFile(f.path).schema_arrow.field("tags").type) for f in files} == {"list<element: string>"}
+    assert set().union(*(rows_of(pq.ParquetFile(f.path)) for f in files)) == {
+        ("a", ("a", "b"), 2, 3), ("b", ("solo",), 1, 4), ("c", None, 1, 8), ("d", ("x",), 1, 16),
+        ("e", ("[draft]",), 1, 32), ("a", ("solo",), 1, 64), ("f", None, 1, 128)}
 
 
 TAGGED = [{"ts": "2024-06-01T01:00:00Z", "page": "a", "tags": ["t2", "t1"], "n": 1},

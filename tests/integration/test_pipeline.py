@@ -372,6 +372,14 @@ SECOND = [
     event("2024-01-01T02:00:00Z", page="b", v=4),
 ]
 
+#: FIRST and SECOND rolled up at MINUTE with MERGE_METRICS
+ROLLED_UP = [
+    {"__time": ms("2024-01-01T00:00"), "page": "a", "count": 4, "sum": 12, "min": -3, "max": 9, "maxX": 2.5},
+    {"__time": ms("2024-01-01T00:05"), "page": "a", "count": 1, "sum": 2, "min": 2, "max": 2, "maxX": None},
+    {"__time": ms("2024-01-01T01:10"), "page": "a", "count": 2, "sum": 10, "min": 2, "max": 8, "maxX": None},
+    {"__time": ms("2024-01-01T02:00"), "page": "b", "count": 1, "sum": 4, "min": 4, "max": 4, "maxX": None},
+]
+
 
 @pytest.fixture(scope="module")
 def two_persists(spark, tmp_path_factory) -> tuple[RowPipeline, list[Path], list[PersistResult]]:
@@ -397,12 +405,7 @@ def test_merge_combines_persists_count_sums_min_of_mins_max_of_maxes(spark, two_
         (ms("2024-01-01T00:00"), 2), (ms("2024-01-01T01:00"), 1), (ms("2024-01-01T02:00"), 1)]
     merged = spark.read.parquet(*(str(f.path) for f in files)).select("__time", "page", "count", "sum", "min", "max",
                                                                       "maxX")
-    assert table(merged) == [
-        {"__time": ms("2024-01-01T00:00"), "page": "a", "count": 4, "sum": 12, "min": -3, "max": 9, "maxX": 2.5},
-        {"__time": ms("2024-01-01T00:05"), "page": "a", "count": 1, "sum": 2, "min": 2, "max": 2, "maxX": None},
-        {"__time": ms("2024-01-01T01:10"), "page": "a", "count": 2, "sum": 10, "min": 2, "max": 8, "maxX": None},
-        {"__time": ms("2024-01-01T02:00"), "page": "b", "count": 1, "sum": 4, "min": 4, "max": 4, "maxX": None},
-    ]
+    assert table(merged) == ROLLED_UP
 
 
 def test_persists_not_rolled_up_merge_into_the_same_segments(spark, two_persists, tmp_path):
@@ -425,7 +428,7 @@ def test_persists_not_rolled_up_merge_into_the_same_segments(spark, two_persists
 def test_a_batch_tasks_single_job_writes_the_segments_the_merge_of_its_persists_would(spark, two_persists, tmp_path,
                                                                                      max_rows):
     p, dirs, (first, second) = two_persists
-    result, files = p.write_segments(records(spark, FIRST + SECOND), parse_granularity("HOUR"), max_rows,
+    result, files = p.write_segments([records(spark, FIRST + SECOND)], parse_granularity("HOUR"), max_rows,
                                      tmp_path / "segments")
     assert result.stats == first.stats + second.stats
     assert result.parse_error_sample is not None and "unparseable" in result.parse_error_sample
@@ -437,6 +440,25 @@ def test_a_batch_tasks_single_job_writes_the_segments_the_merge_of_its_persists_
         return table(spark.read.parquet(*(str(f.path) for f in segment_files)))
 
     assert rows(files) == rows(merged)
+
+
+def test_a_batch_tasks_subtasks_each_roll_up_and_write_their_own_rows_which_queries_add_up(spark, two_persists,
+                                                                                            tmp_path):
+    """Dynamic partitioning is best-effort rollup, as in Druid: with no shuffle between the subtasks, a key both
+    read is a row in each one's segment of the time chunk; aggregated as a query does, the answers are perfect
+    rollup's."""
+    p, _, (first, second) = two_persists
+    result, files = p.write_segments([records(spark, FIRST), records(spark, SECOND)], parse_granularity("HOUR"), 100,
+                                     tmp_path / "segments")
+    assert result.stats == first.stats + second.stats
+    assert result.parse_error_sample is not None and "unparseable" in result.parse_error_sample
+    assert sorted((f.bucket_start_millis, f.num_rows) for f in files) == [
+        (ms("2024-01-01T00:00"), 1), (ms("2024-01-01T00:00"), 2),  # 00:00 "a" in both, 00:05 in FIRST's only
+        (ms("2024-01-01T01:00"), 1), (ms("2024-01-01T01:00"), 1), (ms("2024-01-01T02:00"), 1)]
+    queried = spark.read.parquet(*(str(f.path) for f in files)).groupBy("__time", "page").agg(
+        F.sum("count").alias("count"), F.sum("sum").alias("sum"), F.min("min").alias("min"),
+        F.max("max").alias("max"), F.max("maxX").alias("maxX"))
+    assert table(queried) == ROLLED_UP
 
 
 def test_each_segment_file_holds_one_bucket_only(spark, two_persists, tmp_path):
