@@ -62,6 +62,9 @@ def create(spec: QueryControllerTaskSpec, toolbox: TaskToolbox) -> QueryControll
 
 
 class QueryControllerTask(BatchIndexTask):
+    #: a GROUP BY's rows are its groups, as MSQ's shuffle makes them, whichever worker read a group's rows
+    perfect_rollup = True
+
     def report(self, status: TaskStatus | None = None) -> dict[str, Any]:
         return {**super().report(status), **multi_stage_query_report(self.spec.id, status)}
 

@@ -128,6 +128,9 @@ def lock_type(payload: BatchTaskPayload) -> str:
 
 
 class BatchIndexTask:
+    #: dynamic partitioning rolls up best-effort, as Druid's: each subtask its own rows (RowPipeline.write_segments)
+    perfect_rollup = False
+
     def __init__(self, spec: BatchIndexTaskSpec, toolbox: TaskToolbox) -> None:
         self.spec = spec
         self.toolbox = toolbox
@@ -205,7 +208,8 @@ class BatchIndexTask:
             try:
                 if dynamic:  # one job writes the segments
                     result, written = pipeline.write_segments(read.subtasks(), granularity,
-                                                              spec.max_rows_per_segment, work / "merged")
+                                                              spec.max_rows_per_segment, work / "merged",
+                                                              self.perfect_rollup)
                 else:  # rows are written as read, and rolled up as they are partitioned, in one shuffle
                     result = pipeline.persist(read.dataframe(), work / "persist", rollup=False)
                 read.checkpoint_complete()

@@ -187,7 +187,8 @@ class RowPipeline:
         return result
 
     def write_segments(self, subtasks: Sequence[DataFrame], segment_granularity: Granularity,
-                       max_rows_per_segment: int, staging_dir: Path) -> tuple[PersistResult, list[SegmentFile]]:
+                       max_rows_per_segment: int, staging_dir: Path, perfect_rollup: bool = False
+                       ) -> tuple[PersistResult, list[SegmentFile]]:
         """A batch task's one job (dynamic partitioning): read, parse, roll up and write the segment files at once,
         where a streaming task persists many reads and merges them at publish.
 
@@ -195,23 +196,29 @@ class RowPipeline:
         parallel subtasks do, each rolls up its own rows and writes its own segments of each time chunk (more where
         one would exceed maxRowsPerSegment), in one Spark task and with no shuffle: dynamic partitioning is Druid's
         best-effort rollup, where a key that two subtasks read is a row in each of their segments, which queries
-        add up. A shuffle for perfect rollup moved nearly every row for nothing where rows hardly combine, and
-        perfect rollup is what the other partitionsSpecs are for. Discovered and `auto` dimensions take a persist
-        and its merge instead: their names and types are known only once the rows are read."""
+        add up. A shuffle for perfect rollup moved nearly every row for nothing where rows hardly combine.
+        `perfect_rollup` has it anyway (a SQL GROUP BY's rows are its groups): a `groupBy` over every subtask's rows,
+        whose shuffle puts all rows of a key in one of as many writers. Discovered and `auto` dimensions take a
+        persist and its merge instead: their names and types are known only once the rows are read."""
         if self.plan.discovery or self.plan.auto_dimensions:
             persist_dir = staging_dir.with_name(f"{staging_dir.name}-persist")
             result = self.persist(reduce(DataFrame.union, subtasks), persist_dir)
             return result, self.merge([persist_dir], segment_granularity, max_rows_per_segment, staging_dir)
         c = self._persist_columns()
+        if perfect_rollup:  # the groupBy's shuffle puts every row of a key in one writer
+            branches = [reduce(DataFrame.union, subtasks)]
+        else:  # one Spark partition each: the rollup needs no shuffle to see every row of a key
+            branches = [records.coalesce(1) for records in subtasks]
         rolled_up, observations = [], []
-        for records in subtasks:
-            # one Spark partition: the rollup needs no shuffle to see every row of a key
-            rows, observation = self._observed(records.coalesce(1), count_keys=False)
+        for records in branches:
+            rows, observation = self._observed(records, count_keys=False)
             kept = rows.where(c.kept).withColumn(TIME, c.granular_time).withColumn(
                 "__bucket", _bucket_millis(segment_granularity))
             rolled_up.append(self._aggregated(kept, True, "__bucket"))
             observations.append(observation)
         aggregated = reduce(DataFrame.union, rolled_up)
+        if perfect_rollup:
+            aggregated = aggregated.coalesce(len(subtasks))  # a writer per subtask (coalesce never adds Spark tasks)
         _write_buckets(aggregated, max_rows_per_segment, staging_dir)
         result = self._combined([self._persist_result(o) for o in observations])
         # known once the rows are read: which columns hold several values, which paths of a json column hold strings

@@ -425,11 +425,14 @@ def test_persists_not_rolled_up_merge_into_the_same_segments(spark, two_persists
 
 
 @pytest.mark.parametrize("max_rows", [100, 1])
+@pytest.mark.parametrize("subtasks", ["one", "two, rolled up perfectly"])
 def test_a_batch_tasks_single_job_writes_the_segments_the_merge_of_its_persists_would(spark, two_persists, tmp_path,
-                                                                                     max_rows):
+                                                                                     max_rows, subtasks):
+    """One subtask, or (a SQL GROUP BY's) perfect rollup over several: every row of a key in one writer."""
     p, dirs, (first, second) = two_persists
-    result, files = p.write_segments([records(spark, FIRST + SECOND)], parse_granularity("HOUR"), max_rows,
-                                     tmp_path / "segments")
+    read = [records(spark, FIRST + SECOND)] if subtasks == "one" else [records(spark, FIRST), records(spark, SECOND)]
+    result, files = p.write_segments(read, parse_granularity("HOUR"), max_rows, tmp_path / "segments",
+                                     perfect_rollup=subtasks != "one")
     assert result.stats == first.stats + second.stats
     assert result.parse_error_sample is not None and "unparseable" in result.parse_error_sample
     merged = p.merge(dirs, parse_granularity("HOUR"), max_rows, tmp_path / "merged")
