@@ -33,6 +33,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
@@ -230,10 +231,14 @@ class ConnectorRead:
         return [self._load().option("reader", str(i)).load() for i in range(self.parallelism)]
 
     def _load(self) -> DataFrameReader:
-        return (self.spark.read.format(SOURCE_NAME)
-                # cloudpickle: a source defined in a notebook or a script travels by value
-                .option("source", _encode(cloudpickle.dumps(self.source)))
+        return (self.spark.read.format(SOURCE_NAME).option("source", self._pickled_source)
                 .option("coordinator", self.url).option("parallelism", str(self.parallelism)))
+
+    @cached_property
+    def _pickled_source(self) -> str:
+        """Pickled once for every DataFrame of the read (a subtask's each); cloudpickle: a source defined in a notebook
+        or a script travels by value."""
+        return _encode(cloudpickle.dumps(self.source))
 
     def checkpoint_complete(self, checkpoint_id: int = 1) -> None:
         self.host.checkpoint_complete(checkpoint_id)
