@@ -21,6 +21,11 @@ if TYPE_CHECKING:
     from sluice.spec.input_source import MaxSizeSplitHint, S3InputSource
 
 
+#: bytes asked of S3 at a time. Unbuffered, each read of the stream is a GET of its own: gzip's decompressor reads
+#: 64 KiB at a time, and reading JSON from S3 took 2.7 times as long.
+READ_BUFFER = 8 << 20
+
+
 class S3Source(FileSource):
     transient = (*FileSource.transient, "filesystem")
 
@@ -46,7 +51,8 @@ class S3Source(FileSource):
         bucket, key = _bucket_and_key(ref.uri)
         try:
             # as stored: pyarrow would otherwise decompress by the suffix itself (compression="detect")
-            return self.filesystem.open_input_stream(f"{bucket}/{key}", compression=None)  # type: ignore[return-value]
+            return self.filesystem.open_input_stream(f"{bucket}/{key}", compression=None,  # type: ignore[return-value]
+                                                     buffer_size=READ_BUFFER)
         except FileNotFoundError:
             raise
         except OSError as error:
