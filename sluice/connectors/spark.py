@@ -11,7 +11,8 @@ and asks for more until the coordinator says nothing more comes::
         read.checkpoint_complete()     # the job's output is committed: no split is given back after this
 
 `subtasks()` is the same read as one single-partition DataFrame per reader, for a job that works on each reader's
-rows on their own (a batch task's subtasks, each rolling up and writing what it read).
+rows on their own (a batch task's subtasks, each rolling up and writing what it read). Local Parquet files are read
+by Spark's own reader instead, where it makes the same records (`sluice.connectors.native`).
 
 An unbounded source is read in epochs, one job each, over the same DataFrame: `next_epoch()` before each job,
 `checkpoint_complete(epoch)` once its output is committed (a streaming task's persists).
@@ -33,22 +34,24 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, reduce
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from pyspark import cloudpickle
+from pyspark.sql import DataFrame
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from sluice.connectors.api import Serializer, Source
 from sluice.connectors.coordination import CoordinatorHost, Mailbox
+from sluice.connectors.native import NativeReader, native_readers
 from sluice.connectors.reading import read_assigned
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame, DataFrameReader, SparkSession
+    from pyspark.sql import DataFrameReader, SparkSession
 
 SOURCE_NAME = "sluice_connector"
 #: the local property that carries the epoch of an unbounded read to the job's readers
@@ -203,6 +206,9 @@ class ConnectorRead:
         self.parallelism = parallelism
         self.host: CoordinatorHost[Any, Any] = CoordinatorHost(source, parallelism)
         self._epoch = 0
+        #: Spark's own reader for each reader's splits, once decided (`_native_readers`)
+        self._native: list[NativeReader] | None = None
+        self._native_decided = False
         address = bind or spark.conf.get("spark.driver.host", "127.0.0.1") or "127.0.0.1"
         self._server = _CoordinatorServer(self.host, address)
         self._thread = threading.Thread(target=self._server.serve_forever, args=(_SHUTDOWN_POLL_S,),
@@ -227,12 +233,25 @@ class ConnectorRead:
             self.spark.sparkContext.setLocalProperty(EPOCH, None)
 
     def dataframe(self) -> DataFrame:
+        native = self._native_readers()
+        if native is not None:
+            return reduce(DataFrame.union, (reader.records for reader in native))
         return self._load().load()
 
     def subtasks(self) -> list[DataFrame]:
-        """One DataFrame per reader, each a single Spark partition; in one job (their union), still one Spark task
-        per reader, asking the same coordinator for splits."""
+        """One DataFrame per reader, each a single Spark partition (Spark's own reader's, several, where it reads
+        them); in one job (their union), still one Spark task per reader, asking the same coordinator for splits."""
+        native = self._native_readers()
+        if native is not None:
+            return [reader.records for reader in native]
         return [self._load().option("reader", str(i)).load() for i in range(self.parallelism)]
+
+    def _native_readers(self) -> list[NativeReader] | None:
+        """Decided at the read's first DataFrame, once: Spark's readers take their splits from the coordinator."""
+        if not self._native_decided:
+            self._native = native_readers(self.spark, self.host, self.parallelism)
+            self._native_decided = True
+        return self._native
 
     def _load(self) -> DataFrameReader:
         return (self.spark.read.format(SOURCE_NAME).option("source", self._pickled_source)
@@ -245,6 +264,8 @@ class ConnectorRead:
         return _encode(cloudpickle.dumps(self.source))
 
     def checkpoint_complete(self, checkpoint_id: int = 1) -> None:
+        for index, reader in enumerate(self._native or ()):  # read through, as its job's output is committed
+            self.host.report_progress(index, 0, reader.rows, reader.size, reader.splits)
         self.host.checkpoint_complete(checkpoint_id)
 
     def next_epoch(self) -> int:
