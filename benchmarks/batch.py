@@ -13,14 +13,15 @@ API, rollup and queryable segments. So one run, one machine, the same files:
             rolls up what it read), at least those and fewer than the input's.
   (b) ``pyspark``: each case in its own process (its own memory, its own cold JVM): ``spark.read.csv/json/
             parquet`` with an explicit schema, ``groupBy`` on the hour and the dimensions with sums,
-            ``write.parquet``; run cold (the session's first job) and warm (again), on Sluice's session
-            settings (spark_session: local[*], 2 shuffle partitions, no AQE), so only the work differs. The
+            ``write.parquet``; run cold (the session's first job) and warm (again, ``--warm-runs`` times: the
+            fastest counts), on Sluice's session settings (spark_session: local[*], 2 shuffle partitions, no AQE), so only the work differs. The
             installed pyspark has no ``s3a://`` filesystem (no hadoop-aws jar, no Maven here): for S3 the job
             copies the objects to local disk with pyarrow first, and that copy is in its time.
   (c) ``sluice``: ``sluice start`` (healthy before any clock), a small warm-up task per format first, then
-            an ``index_parallel`` task per case, run twice as (b) runs its job: cold (the node's first full-size
+            an ``index_parallel`` task per case, run as (b) runs its job: cold (the node's first full-size
             task of the case; the JVM has not compiled its hot code yet) and warm (the same task again, a REPLACE,
-            once the broker has loaded the first one's rows);
+            once the broker has loaded the last one's rows; ``--warm-runs`` times, the fastest counts, as for (b):
+            runs of the same task on this machine differ by up to 25 %);
             each timed from submit to SUCCESS; rows/s = input rows / those seconds. After each, Druid SQL must give
             the generator's answers. Each case at ``maxNumConcurrentSubTasks`` 2 (and the local ones again at 1), with
             ``splitHintSpec`` maxNumFiles 1 so two subtasks have splits to share (Druid's default hint puts up to
@@ -284,9 +285,10 @@ def stage_timings(spark: Any, group: str) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------------------------- (c) Sluice
 
 def run_sluice(dataset: Dataset, warm: Dataset, endpoint: str, cases: list[str], single: list[str],
-               default_hint: str | None, work: Path, timeout: float) -> dict[str, Any]:
-    """One `sluice start`; a warm-up task per format, then each case twice (cold, warm) at 2 subtasks, the `single`
-    ones again at 1, and `default_hint` at 2 with Druid's default split hint."""
+               default_hint: str | None, work: Path, timeout: float, warm_runs: int) -> dict[str, Any]:
+    """One `sluice start`; a warm-up task per format, then each case cold and `warm_runs` times warm (the fastest
+    counts) at 2 subtasks, the `single` ones again at 1, and `default_hint` at 2 with Druid's default split hint
+    (those two cold and once warm)."""
     results: dict[str, Any] = {"warm_up": {}, "cases": {}}
     node = SluiceNode(work / "sluice")
     try:
@@ -309,13 +311,19 @@ def run_sluice(dataset: Dataset, warm: Dataset, endpoint: str, cases: list[str],
                                     subtasks, one_file_splits)
                 log(f"sluice {case} at maxNumConcurrentSubTasks {subtasks}"
                     + ("" if one_file_splits else " with the default split hint"))
-                try:  # twice, as (b) runs: the first full-size task is cold, the second (a REPLACE) warm
+                data_source = payload["spec"]["dataSchema"]["dataSource"]
+                try:  # as (b) runs: the first full-size task is cold, the next ones (REPLACEs) warm
                     cold = run_task(http, node, sampler, payload, dataset, timeout)
-                    cold["broker_load_s"] = broker_loaded(http, payload["spec"]["dataSchema"]["dataSource"], timeout)
-                    figures = run_task(http, node, sampler, payload, dataset, timeout)
+                    cold["broker_load_s"] = broker_loaded(http, data_source, timeout)
+                    warms = []
+                    for _ in range(warm_runs if subtasks == 2 and one_file_splits else 1):
+                        warms.append(run_task(http, node, sampler, payload, dataset, timeout))
+                        broker_loaded(http, data_source, timeout)  # the broker's load must not share the next run
+                    figures = min(warms, key=lambda w: w["seconds"])
+                    figures["warm_runs_s"] = [w["seconds"] for w in warms]
                     figures["cold"] = {k: cold[k] for k in ("seconds", "rows_per_s", "peak_rss_mb", "cpu_s_by_role",
                                                             "broker_load_s")}
-                    figures["answers_correct"] = figures["answers_correct"] and cold["answers_correct"]
+                    figures["answers_correct"] = all(w["answers_correct"] for w in (cold, *warms))
                 except RuntimeError as error:  # a failed task must not lose the other cases' figures
                     log(f"sluice {case} {key} failed: {error}")
                     results["cases"].setdefault(case, {})[key] = {"error": str(error)[:3000]}
@@ -413,9 +421,10 @@ def _answers(http: httpx.Client, data_source: str, dataset: Dataset, wait: float
 
 # ---------------------------------------------------------------------------------------------- (b) PySpark
 
-def run_pyspark(case: str, root: Path, endpoint: str, out: Path) -> dict[str, Any]:
-    """The hand-written job, cold then warm, in this (child) process. S3 goes through ``s3a://`` if this pyspark
-    can; otherwise the objects are copied to local disk with pyarrow inside the timed run, then read."""
+def run_pyspark(case: str, root: Path, endpoint: str, out: Path, warm_runs: int) -> dict[str, Any]:
+    """The hand-written job, cold then `warm_runs` times warm (the fastest counts), in this (child) process. S3 goes
+    through ``s3a://`` if this pyspark can; otherwise the objects are copied to local disk with pyarrow inside the
+    timed run, then read."""
     began = time.monotonic()
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -461,14 +470,18 @@ def run_pyspark(case: str, root: Path, endpoint: str, out: Path) -> dict[str, An
         (events.groupBy(hour.alias("__time"), *DIMENSIONS)
          .agg(F.count(F.lit(1)).alias("count"), *(F.sum(m).alias(m) for m in METRICS))
          .write.mode("overwrite").parquet(str(out / f"run-{run}")))
-        return time.monotonic() - started
+        elapsed = time.monotonic() - started
+        shutil.rmtree(out / f"download-{run}", ignore_errors=True)  # untimed: the S3 copy is read
+        return elapsed
 
-    cold_s, warm_s = job(0), job(1)
-    written = pq.read_table(out / "run-1", columns=["count", *METRICS])
+    cold_s = job(0)
+    warm_runs_s = [job(run) for run in range(1, warm_runs + 1)]
+    warm_s = min(warm_runs_s)
+    written = pq.read_table(out / f"run-{warm_runs}", columns=["count", *METRICS])
     rows = int(pc.sum(written["count"]).as_py())
     shutil.rmtree(out, ignore_errors=True)
     return {"case": case, "spark_startup_s": round(startup_s, 2), "cold_s": round(cold_s, 2),
-            "warm_s": round(warm_s, 2), "cold_rows_per_s": round(rows / cold_s), "warm_rows_per_s": round(rows / warm_s),
+            "warm_s": round(warm_s, 2), "warm_runs_s": [round(w, 2) for w in warm_runs_s], "cold_rows_per_s": round(rows / cold_s), "warm_rows_per_s": round(rows / warm_s),
             "reads_s3_through": None if location == "local" else ("s3a" if s3a_error is None else "pyarrow copy"),
             "s3a_error": s3a_error,
             "answers": {"rows": rows, **{m: int(pc.sum(written[m]).as_py()) for m in METRICS},
@@ -595,6 +608,7 @@ class Options:
     warm_rows: int = 20_000
     timeout: float = 1200.0
     keep: bool = False
+    warm_runs: int = 3
 
 
 def orchestrate(options: Options) -> dict[str, Any]:
@@ -619,7 +633,7 @@ def orchestrate(options: Options) -> dict[str, Any]:
         for case in options.cases:
             try:
                 child = ["--child", "pyspark", "--case", case, "--root", str(dataset.root), "--endpoint", endpoint,
-                         "--out", str(work / "pyspark" / case), "--json"]
+                         "--out", str(work / "pyspark" / case), "--warm-runs", str(options.warm_runs), "--json"]
                 variants["pyspark"][case] = b = run_measured(run_child_json(child), options.timeout)
                 log(f"pyspark {case}: cold {b['cold_rows_per_s']:,} rows/s, warm {b['warm_rows_per_s']:,} rows/s, "
                     f"peak RSS {b['peak_rss_mb']} MB")
@@ -628,7 +642,7 @@ def orchestrate(options: Options) -> dict[str, Any]:
                 variants["pyspark"][case] = {"error": f"{type(error).__name__}: {error}"[:2000]}
         try:
             variants["sluice"] = run_sluice(dataset, warm, endpoint, options.cases, options.single,
-                                            options.default_hint, work, options.timeout)
+                                            options.default_hint, work, options.timeout, options.warm_runs)
         except Exception as error:  # noqa: BLE001
             log(f"sluice failed: {error}")
             variants["sluice"] = {"error": f"{type(error).__name__}: {error}"[:3000]}
@@ -672,7 +686,8 @@ def summarize(options: Options, dataset: Dataset, variants: dict[str, Any], gene
                                  *((f"sluice {k}", v.get("answers_correct")) for k, v in f["sluice"].items())]
              if ok is False]
     return {
-        "benchmark": "batch", "dataset": dataset.describe(), "generate_s": round(generate_s, 1),
+        "benchmark": "batch", "dataset": dataset.describe(), "warm_runs": options.warm_runs,
+        "generate_s": round(generate_s, 1),
         "upload_to_moto_s": round(upload_s, 1), "expected_answers": expected,
         "s3a_available": next((b.get("s3a_error") is None for c, b in variants["pyspark"].items()
                                if c.startswith("s3") and "error" not in b), None),
@@ -725,11 +740,13 @@ def print_tables(result: dict[str, Any], console: Any) -> None:
     console.print(table)
     warm = result.get("warm_up") or {}
     cold = ", ".join(f"{fmt} {figures['seconds']} s" for fmt, figures in warm.items())
-    lines = [("  (c) each case's task run twice on one node after a small warm-up task per format (its times: "
-              f"{cold}): cold = the first, warm = the second (a REPLACE of the first); node start-up "
+    runs = result.get("warm_runs", 1)
+    lines = [("  (c) each case's task run on one node after a small warm-up task per format (its times: "
+              f"{cold}): cold = the first, warm = the fastest of the {runs} next (REPLACEs of the first); node start-up "
               f"{n(result.get('node_startup_s'), 1)} s, idle RSS "
               f"{n(result.get('idle_node_rss_mb'))} MB"),
-             "  (b) each case in its own process on Sluice's Spark settings; cold = its first job, warm = the second"
+             ("  (b) each case in its own process on Sluice's Spark settings; cold = its first job, warm = the fastest "
+              f"of the {runs} next")
              + ("" if result.get("s3a_available") in (None, True) else
                 "; no s3a:// in this pyspark (hadoop-aws missing): S3 objects copied to local disk with pyarrow "
                 "inside the timed run"),
@@ -767,6 +784,8 @@ def main() -> None:
     parser.add_argument("--default-hint", default="local-parquet",
                         help="a case run again with Druid's default splitHintSpec ('' for none)")
     parser.add_argument("--profile-files", type=int, default=4, help="files of each format the profile reads; 0: none")
+    parser.add_argument("--warm-runs", type=int, default=3,
+                        help="warm runs of each case, each variant; the fastest counts (runs here differ by up to 25 %%)")
     parser.add_argument("--smoke", action="store_true",
                         help="~20k rows, one format per location, no profile: proves the script works")
     parser.add_argument("--timeout", type=float, default=1200.0, help="per task or child, seconds")
@@ -780,7 +799,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child == "pyspark":
-        emit(run_pyspark(args.case, args.root, args.endpoint, args.out), True)
+        emit(run_pyspark(args.case, args.root, args.endpoint, args.out, args.warm_runs), True)
         return
     if args.child == "profile":
         emit(run_profile(args.root, args.warm_root, args.profile_files, args.out), True)
@@ -788,10 +807,11 @@ def main() -> None:
     split = lambda text: [c.strip() for c in text.split(",") if c.strip()]
     if args.smoke:
         options = Options(rows=20_000, files=4, seed=args.seed, cases=["local-csv", "s3-json"], single=["local-csv"],
-                          default_hint=None, profile_files=0, warm_rows=2_000, timeout=args.timeout)
+                          default_hint=None, profile_files=0, warm_rows=2_000, timeout=args.timeout, warm_runs=1)
     else:
         options = Options(args.rows, args.files, args.seed, split(args.cases), split(args.single),
-                          args.default_hint or None, args.profile_files, timeout=args.timeout, keep=args.keep)
+                          args.default_hint or None, args.profile_files, timeout=args.timeout, keep=args.keep,
+                          warm_runs=args.warm_runs)
     result = orchestrate(options)
     from rich.console import Console
 
