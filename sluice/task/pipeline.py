@@ -101,6 +101,7 @@ class RowPipeline:
         self.window = window
         self._typed: tuple[DataFrame, DataFrame] | None = None  # (raw records, their typed rows)
         self._columns: _PersistColumns | None = None
+        self._sql_columns: dict[str, Column] = {}
         if any(a.spec.type in BUILT_BY_PYTHON for a in plan.aggregators):
             sketch_udfs.register(spark)
 
@@ -114,28 +115,36 @@ class RowPipeline:
         the record text cost more than the rest of the parse. Only these columns go on: the row counters are
         observed on them, and an observation copies every column its rows carry.
         """
-        plan = self.plan
+        plan, sql = self.plan, self._sql
         parsed, text = _parsed_fields(raw, plan)
         corrupt = f"`{plan.corrupt_column}` IS NOT NULL OR " if plan.corrupt_column else ""
-        rows = parsed.withColumn(TIME, F.expr(plan.time_sql)).withColumn(
-            "__unparseable", F.expr(f"__null_record OR {corrupt}`{TIME}` IS NULL"))
-        rows = rows.withColumn("__sample", F.when(F.col("__unparseable"), F.concat(
-            F.col(LOCATOR), F.lit(": "), F.substring(text.cast("string"), 1, 300))))
+        rows = parsed.withColumn(TIME, sql(plan.time_sql)).withColumn(
+            "__unparseable", sql(f"__null_record OR {corrupt}`{TIME}` IS NULL"))
+        rows = rows.withColumn("__sample", sql(f"CASE WHEN __unparseable THEN concat({LOCATOR}, ': ', "
+                                               f"substring(CAST({text} AS STRING), 1, 300)) END"))
         if plan.transforms:
-            rows = rows.withColumns({name: F.expr(sql) for name, sql in plan.transforms.items()})
+            rows = rows.withColumns({name: sql(expression) for name, expression in plan.transforms.items()})
         # Druid checks the window on the transformed timestamp, like the filter sees transformed columns
         dropped = f"NOT coalesce({plan.filter_sql}, FALSE)" if plan.filter_sql else "FALSE"
         thrown = f"coalesce({self.window.outside_sql()}, FALSE) OR {dropped}"
-        perr = " OR ".join(f"({quote_identifier(raw_col)} IS NOT NULL AND {sql} IS NULL)"
-                           for raw_col, sql in plan.parse_checks) or "FALSE"
-        rows = rows.withColumns({"__thrown": F.expr(thrown), "__perr": F.expr(perr)})
+        perr = " OR ".join(f"({quote_identifier(raw_col)} IS NOT NULL AND {expression} IS NULL)"
+                           for raw_col, expression in plan.parse_checks) or "FALSE"
+        rows = rows.withColumns({"__thrown": sql(thrown), "__perr": sql(perr)})
         if plan.discovery:
-            rows = rows.withColumn(DISCOVERED, F.expr(plan.discovery.entries_sql()))
-        rows = rows.withColumns({name: F.expr(sql) for name, sql in plan.value_arrays.items()})
-        rows = rows.withColumns({name: F.expr(sql) for name, sql in plan.typed_columns.items()})
+            rows = rows.withColumn(DISCOVERED, sql(plan.discovery.entries_sql()))
+        rows = rows.withColumns({name: sql(expression) for name, expression in plan.value_arrays.items()})
+        rows = rows.withColumns({name: sql(expression) for name, expression in plan.typed_columns.items()})
         return rows.select(*_columns(TIME, *plan.dimensions, *(f"__in_{m}" for m in plan.metrics)),
                            *([DISCOVERED] if plan.discovery else []),
                            "__unparseable", "__thrown", "__perr", "__bytes", "__sample")
+
+    def _sql(self, expression: str) -> Column:
+        """A column of Spark SQL, built once per pipeline: building one costs about ten py4j round trips, and each
+        of a batch task's subtasks builds the same typed rows."""
+        column = self._sql_columns.get(expression)
+        if column is None:
+            column = self._sql_columns[expression] = F.expr(expression)
+        return column
 
     def rolled_up(self, rows: DataFrame, rollup: bool | None = None) -> DataFrame:
         """The rows kept (parsed, not thrown away) at queryGranularity, rolled up unless `rollup` is False (then
@@ -521,33 +530,37 @@ def _segment_files(staging_dir: Path) -> list[SegmentFile]:
     return files
 
 
-def _parsed_fields(raw: DataFrame, plan: IngestPlan) -> tuple[DataFrame, Column]:
+def _parsed_fields(raw: DataFrame, plan: IngestPlan) -> tuple[DataFrame, str]:
     """The record's raw fields as strings, next to `__locator`, `__bytes` and `__null_record` (nothing could be
-    parsed), then the input source's system fields; and the record's text for samples. The text is an expression
-    over those columns, not a column: only an unparseable row computes it (a reader's fields joined again)."""
+    parsed), then the input source's system fields; and the SQL of the record's text for samples. The text is an
+    expression over those columns, not a column: only an unparseable row computes it (a reader's fields joined
+    again)."""
     parsed, text = _record_fields(raw, plan)
     if not plan.system_fields:
         return parsed, text
     return parsed.withColumns({name: F.expr(system_field_sql(name)) for name in plan.system_fields}), text
 
 
-def _record_fields(raw: DataFrame, plan: IngestPlan) -> tuple[DataFrame, Column]:
+def _record_fields(raw: DataFrame, plan: IngestPlan) -> tuple[DataFrame, str]:
     if plan.discovery and (ERROR in raw.columns or KEY_ERROR in raw.columns):
         raise ValueError("dimensions are discovered in JSON records only; list the dimensions for this inputFormat")
     if ERROR in raw.columns:  # a reader parsed the records: one string column per field
-        fields = [_column(f) if f in raw.columns else F.lit(None).cast("string").alias(f) for f in plan.fields]
+        # one SQL projection: built from Columns, its hundred-odd py4j round trips took 0.2 s of every subtask
+        q = quote_identifier
+        fields = [q(f) if f in raw.columns else f"CAST(NULL AS STRING) AS {q(f)}" for f in plan.fields]
         if MESSAGE in raw.columns:  # Kafka messages: samples and processedBytes are of the message, as for JSON
-            text, size = F.col(MESSAGE), F.coalesce(F.octet_length(MESSAGE), F.lit(0)).cast("bigint")
-            carried = [MESSAGE]
+            text, size = q(MESSAGE), f"coalesce(octet_length({q(MESSAGE)}), 0)"
+            carried = MESSAGE
         else:
-            read = [f for f in plan.fields if f in raw.columns]
-            text = F.coalesce(F.col(ERROR), F.concat_ws(",", *(F.coalesce(_column(f), F.lit("")) for f in read)))
-            size = sum((F.coalesce(F.octet_length(_column(f)), F.lit(0)) for f in read), F.lit(0)).cast("bigint")
-            carried = [ERROR]
-        return raw.select(LOCATOR, *carried, size.alias("__bytes"), F.col(ERROR).isNotNull().alias("__null_record"),
-                          *fields), text
+            read = [q(f) for f in plan.fields if f in raw.columns]
+            joined = ", ".join(["NULL", *(f"coalesce({f}, '')" for f in read)])
+            text = f"coalesce({ERROR}, concat_ws(',', {joined}))"
+            size = " + ".join(["0", *(f"coalesce(octet_length({f}), 0)" for f in read)])
+            carried = ERROR
+        return raw.selectExpr(LOCATOR, carried, f"CAST({size} AS BIGINT) AS __bytes",
+                              f"{ERROR} IS NOT NULL AS __null_record", *fields), text
     if KEY_ERROR in raw.columns:
-        return _blended_json_fields(raw, plan), F.col("__value")
+        return _blended_json_fields(raw, plan), "__value"
     locator = F.col(LOCATOR) if LOCATOR in raw.columns else F.concat(
         F.lit("partition="), F.col("partition"), F.lit(" offset="), F.col("offset"))
     parsed = raw.select(
@@ -560,7 +573,7 @@ def _record_fields(raw: DataFrame, plan: IngestPlan) -> tuple[DataFrame, Column]
              *([FIELDS_MAP] if plan.discovery else []))
     if plan.json_absent:
         parsed = parsed.withColumns({name: F.lit(None).cast("string") for name in plan.json_absent})
-    return parsed, F.col("__value")
+    return parsed, "__value"
 
 
 def _json_parse(plan: IngestPlan) -> list[Column]:
