@@ -63,7 +63,7 @@ def native_readers(spark: SparkSession, host: CoordinatorHost[Any, Any], paralle
     splits: list[FileSplit] = source.enumerate_splits()
     footers = {ref.uri: _footer(ref) for split in splits for ref in split.files}
     types = _field_types(footers.values(), list(paths))
-    if types is None:
+    if not types:  # no file holds any field: nothing for Spark to read
         return None
     schema = ", ".join(f"{quote_identifier(name)} {_SPARK_TYPES[_kind(t)]}" for name, t in types.items())
     text = {name: _text_sql(quote_identifier(name), t) for name, t in types.items()}
