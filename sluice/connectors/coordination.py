@@ -59,6 +59,8 @@ class _Reader(Generic[SplitT]):
     incarnation: tuple[int, int]
     #: everything assigned to this reader since the last completed checkpoint
     assigned: list[SplitT] = field(default_factory=list)
+    #: the ids of every split this attempt was assigned, checkpoints or not: what its progress counts against
+    received: set[str] = field(default_factory=set)
     mailbox: Mailbox[SplitT] = field(default_factory=Mailbox)
     progress: ReadProgress = ReadProgress()
 
@@ -131,11 +133,13 @@ class CoordinatorHost(CoordinatorContext[SplitT, StateT]):
                 known.progress = ReadProgress(rows, size, splits_done)
 
     def progress(self) -> ReadProgress:
+        """The current attempts' running totals, against every split they were assigned (a completed checkpoint
+        takes nothing off: a finished read reports all its splits done of all assigned)."""
         with self._lock:
             readers = list(self._readers.values())
+            assigned = len(set().union(*(r.received for r in readers)))
         return ReadProgress(sum(r.progress.rows for r in readers), sum(r.progress.bytes for r in readers),
-                            sum(r.progress.splits_done for r in readers),
-                            len({s.split_id for r in readers for s in r.assigned}))
+                            sum(r.progress.splits_done for r in readers), assigned)
 
     def request_split(self, reader: int, hostname: str | None = None) -> None:
         with self._lock:
@@ -196,6 +200,7 @@ class CoordinatorHost(CoordinatorContext[SplitT, StateT]):
                 raise RuntimeError(f"reader {reader} was told no more splits come; cannot assign it "
                                    f"{[s.split_id for s in splits]}")
             known.assigned.extend(splits)
+            known.received.update(s.split_id for s in splits)
             known.mailbox.splits.extend(splits)
 
     def signal_no_more_splits(self, reader: int) -> None:

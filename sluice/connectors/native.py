@@ -86,7 +86,8 @@ def _records(spark: SparkSession, refs: list[FileRef], schema: str, text: dict[s
     if not refs:
         return spark.createDataFrame([], from_arrow_schema(records_schema))
     locator = f"concat(substr(_metadata.file_path, {len(_SCHEME) + 1}), ':row ', _metadata.row_index + 1)"
-    fields = [f"{text.get(name, 'CAST(NULL AS STRING)')} AS {quote_identifier(name)}" for name in records_schema.names[2:]]
+    fields = [f"{text.get(name, 'CAST(NULL AS STRING)')} AS {quote_identifier(name)}"
+              for name in records_schema.names[2:]]
     return (spark.read.schema(schema).parquet(*(ref.uri for ref in refs))
             .selectExpr(f"{locator} AS {LOCATOR}", f"CAST(NULL AS STRING) AS {ERROR}", *fields))
 

@@ -37,7 +37,8 @@ def _table(first: int, rows: int) -> pa.Table:
     return pa.table({
         "ts": pa.array([None if i % 7 == 3 else datetime(1969, 12, 31, 23, 59, i % 60, tzinfo=UTC) if i % 5 == 0
                         else datetime(2026, 1, 1, i % 24, tzinfo=UTC) for i in ids], pa.timestamp("ms", "UTC")),
-        "micros": pa.array([-1_500 - i if i % 2 else 1_000_000_123 + i for i in ids], pa.timestamp("us", "Europe/Paris")),
+        "micros": pa.array([-1_500 - i if i % 2 else 1_000_000_123 + i for i in ids],
+                           pa.timestamp("us", "Europe/Paris")),
         "day": pa.array([date(1969, 12, 1 + i % 28) if i % 3 else date(2026, 2, 1 + i % 28) for i in ids]),
         "page": pa.array([None if i % 11 == 0 else f"Pâge {i % 13} ✓" for i in ids]),
         "tiny": pa.array([i % 100 - 50 for i in ids], pa.int8()),
@@ -77,7 +78,8 @@ def test_spark_reads_local_parquet_into_the_records_the_python_readers_make(spar
     # the coordinator assigned every split; once the job's output is committed, Spark's readers report what the
     # files' footers say: every row, every byte of the files, every split
     assert (reading.splits_done, reading.splits_assigned) == (0, 3)
-    assert (done.rows, done.bytes, done.splits_done) == (3_800, sum(f.stat().st_size for f in files), 3)
+    assert (done.rows, done.bytes, done.splits_done, done.splits_assigned) == (
+        3_800, sum(f.stat().st_size for f in files), 3, 3)
 
 
 def test_a_reader_without_files_is_no_records(spark: SparkSession, tmp_path: Path) -> None:

@@ -145,3 +145,5 @@ def test_reading_in_process_reads_every_split_once_and_counts_progress() -> None
     rows = sum(batch.num_rows for reader in range(2) for batch in read_assigned(source, reader, 0, host))
     assert rows == host.progress().rows == sum(p.size for p in parts)
     assert host.progress().splits_done == host.progress().splits_assigned == 12
+    host.checkpoint_complete(1)  # the read's output committed: its report still says every split was read
+    assert (host.progress().splits_done, host.progress().splits_assigned) == (12, 12)
