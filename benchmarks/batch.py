@@ -14,9 +14,10 @@ API, rollup and queryable segments. So one run, one machine, the same files:
   (b) ``pyspark``: each case in its own process (its own memory, its own cold JVM): ``spark.read.csv/json/
             parquet`` with an explicit schema, ``groupBy`` on the hour and the dimensions with sums,
             ``write.parquet``; run cold (the session's first job) and warm (again, ``--warm-runs`` times: the
-            fastest counts), on Sluice's session settings (spark_session: local[*], 2 shuffle partitions, no AQE), so only the work differs. The
-            installed pyspark has no ``s3a://`` filesystem (no hadoop-aws jar, no Maven here): for S3 the job
-            copies the objects to local disk with pyarrow first, and that copy is in its time.
+            fastest counts), on Sluice's session settings (spark_session: local[*], 2 shuffle partitions, no
+            AQE), so only the work differs. The installed pyspark has no ``s3a://`` filesystem (no hadoop-aws
+            jar, no Maven here): for S3 the job copies the objects to local disk with pyarrow first, and that copy
+            is in its time.
   (c) ``sluice``: ``sluice start`` (healthy before any clock), a small warm-up task per format first, then
             an ``index_parallel`` task per case, run as (b) runs its job: cold (the node's first full-size
             task of the case; the JVM has not compiled its hot code yet) and warm (the same task again, a REPLACE,
@@ -481,7 +482,8 @@ def run_pyspark(case: str, root: Path, endpoint: str, out: Path, warm_runs: int)
     rows = int(pc.sum(written["count"]).as_py())
     shutil.rmtree(out, ignore_errors=True)
     return {"case": case, "spark_startup_s": round(startup_s, 2), "cold_s": round(cold_s, 2),
-            "warm_s": round(warm_s, 2), "warm_runs_s": [round(w, 2) for w in warm_runs_s], "cold_rows_per_s": round(rows / cold_s), "warm_rows_per_s": round(rows / warm_s),
+            "warm_s": round(warm_s, 2), "warm_runs_s": [round(w, 2) for w in warm_runs_s],
+            "cold_rows_per_s": round(rows / cold_s), "warm_rows_per_s": round(rows / warm_s),
             "reads_s3_through": None if location == "local" else ("s3a" if s3a_error is None else "pyarrow copy"),
             "s3a_error": s3a_error,
             "answers": {"rows": rows, **{m: int(pc.sum(written[m]).as_py()) for m in METRICS},
@@ -742,7 +744,8 @@ def print_tables(result: dict[str, Any], console: Any) -> None:
     cold = ", ".join(f"{fmt} {figures['seconds']} s" for fmt, figures in warm.items())
     runs = result.get("warm_runs", 1)
     lines = [("  (c) each case's task run on one node after a small warm-up task per format (its times: "
-              f"{cold}): cold = the first, warm = the fastest of the {runs} next (REPLACEs of the first); node start-up "
+              f"{cold}): cold = the first, warm = the fastest of the {runs} next (REPLACEs of the first); node "
+              "start-up "
               f"{n(result.get('node_startup_s'), 1)} s, idle RSS "
               f"{n(result.get('idle_node_rss_mb'))} MB"),
              ("  (b) each case in its own process on Sluice's Spark settings; cold = its first job, warm = the fastest "
@@ -785,7 +788,7 @@ def main() -> None:
                         help="a case run again with Druid's default splitHintSpec ('' for none)")
     parser.add_argument("--profile-files", type=int, default=4, help="files of each format the profile reads; 0: none")
     parser.add_argument("--warm-runs", type=int, default=3,
-                        help="warm runs of each case, each variant; the fastest counts (runs here differ by up to 25 %%)")
+                        help="warm runs of each case, each variant; the fastest counts (runs differ by up to 25 %%)")
     parser.add_argument("--smoke", action="store_true",
                         help="~20k rows, one format per location, no profile: proves the script works")
     parser.add_argument("--timeout", type=float, default=1200.0, help="per task or child, seconds")
