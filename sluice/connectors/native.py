@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sluice.connectors.base import PlannedSplitsState
 from sluice.connectors.formats.nested import field_paths
+from sluice.connectors.formats.values import MILLIS_PER_DAY
 from sluice.connectors.records import ERROR, LOCATOR
-from sluice.connectors.sources.files import FileRef, FileSplit, compression_of
+from sluice.connectors.sources.files import FileRef, compression_of
 from sluice.connectors.sources.local import LocalSource
 from sluice.spec.expressions import quote_identifier
 from sluice.spec.input_format import ParquetInputFormat
@@ -38,7 +40,6 @@ if TYPE_CHECKING:
 #: path) or read as a glob, and no file name that it skips as hidden (`_` or `.` first)
 _SCHEME = "file:"
 _PLAIN_PATH = re.compile(r"/(?:[A-Za-z0-9._+=,@~-]*/)*[A-Za-z0-9+=,@~-][A-Za-z0-9._+=,@~-]*")
-_MILLIS_PER_DAY = 86_400_000
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,10 @@ def native_readers(spark: SparkSession, host: CoordinatorHost[Any, Any], paralle
     paths = field_paths(source.input_format.flatten_spec, source.fields)
     if any(path != [field] for field, path in paths.items()):
         return None
-    splits: list[FileSplit] = source.enumerate_splits()
-    footers = {ref.uri: _footer(ref) for split in splits for ref in split.files}
+    # the splits the started coordinator listed and planned, before any reader registered: its state
+    planned = host.checkpoint(0)
+    assert isinstance(planned, PlannedSplitsState), "a file source's coordinator plans its splits at start"
+    footers = {ref.uri: _footer(ref) for splits in planned.pending.values() for split in splits for ref in split.files}
     types = _field_types(footers.values(), list(paths))
     if not types:  # no file holds any field: nothing for Spark to read
         return None
@@ -147,7 +150,7 @@ def _text_sql(column: str, t: pa.DataType) -> str:
     if kind == "string":
         return column
     if kind == "date32":
-        return f"CAST(CAST(unix_date({column}) AS BIGINT) * {_MILLIS_PER_DAY} AS STRING)"
+        return f"CAST(CAST(unix_date({column}) AS BIGINT) * {MILLIS_PER_DAY} AS STRING)"
     if kind == "timestamp":
         return f"CAST(unix_millis({column}) AS STRING)"
     return f"CAST({column} AS STRING)"

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from sluice.segment.columns import is_string_array
 from sluice.segment.nested import is_json_column
 
-_MILLIS_PER_DAY = 86_400_000
+MILLIS_PER_DAY = 86_400_000
 _PER_MILLI = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}
 
 
@@ -79,7 +79,7 @@ def epoch_millis(array: pa.Array) -> pa.Array:
     """Timestamps or dates as int64 milliseconds since 1970-01-01T00:00Z (floored, so before 1970 too)."""
     t = array.type
     if pa.types.is_date32(t):
-        return pc.multiply(array.cast(pa.int32()).cast(pa.int64()), _MILLIS_PER_DAY)
+        return pc.multiply(array.cast(pa.int32()).cast(pa.int64()), MILLIS_PER_DAY)
     if pa.types.is_date64(t):
         return array.cast(pa.int64())
     raw = array.view(pa.int64()) if not array.offset else array.cast(pa.timestamp(t.unit)).view(pa.int64())
