@@ -73,6 +73,12 @@ def test_spark_reads_local_parquet_into_the_records_the_python_readers_make(spar
     assert records.schema.names == expected.schema.names
     assert _by_locator(records) == _by_locator(expected)
     assert records.num_rows == 3_800
+    # the text Druid's Parquet reader hands on: times and dates as epoch milliseconds (floored), integers and
+    # booleans as their text, a null as null
+    first = next(r for r in records.to_pylist() if r["__locator"] == f"{files[0]}:row 1")
+    assert first == {"__locator": f"{files[0]}:row 1", "__error": None, "ts": "-60000", "micros": "1000000",
+                     "day": "1769904000000", "page": None, "tiny": "-50", "small": "-30000", "mid": None,
+                     "added": str(-2**62), "robot": None, "missing": None}
     assert {r["__locator"] for r in records.to_pylist()} >= {f"{files[0]}:row 1", f"{files[0]}:row 2500",
                                                              f"{files[2]}:row 300"}
     # the coordinator assigned every split; once the job's output is committed, Spark's readers report what the
