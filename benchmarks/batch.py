@@ -745,8 +745,7 @@ def print_tables(result: dict[str, Any], console: Any) -> None:
     runs = result.get("warm_runs", 1)
     lines = [("  (c) each case's task run on one node after a small warm-up task per format (its times: "
               f"{cold}): cold = the first, warm = the fastest of the {runs} next (REPLACEs of the first); node "
-              "start-up "
-              f"{n(result.get('node_startup_s'), 1)} s, idle RSS "
+              f"start-up {n(result.get('node_startup_s'), 1)} s, idle RSS "
               f"{n(result.get('idle_node_rss_mb'))} MB"),
              ("  (b) each case in its own process on Sluice's Spark settings; cold = its first job, warm = the fastest "
               f"of the {runs} next")
