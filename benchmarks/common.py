@@ -547,7 +547,8 @@ def terminate_supervisor(node: SluiceNode, data_source: str, timeout: float = 12
             if time.monotonic() - began > timeout:
                 raise RuntimeError(f"the tasks of {data_source} still run {timeout}s after terminate\n{node.log_tail()}")
             time.sleep(0.1)
-    failed = [task["id"] for task in tasks if task["statusCode"] != "SUCCESS"]
+    # each task's own error first: a result file keeps only the head of an error, and the log's tail is long
+    failed = {task["id"]: task.get("errorMsg") for task in tasks if task["statusCode"] != "SUCCESS"}
     if failed:
         raise RuntimeError(f"tasks of {data_source} failed to publish: {failed}\n{node.log_tail()}")
     return time.monotonic() - began
