@@ -57,6 +57,7 @@ from sluice.metadata.store import MetadataStore
 from sluice.segment.deep_storage import DeepStorage, default_cache_dir
 from sluice.segment.segment import ETERNITY, DataSegment, Interval
 from sluice.segment.timeline import VersionedIntervalTimeline
+from sluice.spark_worker import start_task
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -267,6 +268,7 @@ class _SegmentReader(DataSourceReader):
         return list(plan_partitions(_used_segments(self.options), self.time_range))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        start_task()
         if not isinstance(partition, SegmentInputPartition):
             # Spark replaces an empty plan with one placeholder InputPartition(None): nothing to read.
             return iter(())

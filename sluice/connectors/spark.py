@@ -48,6 +48,7 @@ from sluice.connectors.api import Serializer, Source
 from sluice.connectors.coordination import CoordinatorHost, Mailbox
 from sluice.connectors.native import NativeReader, native_readers
 from sluice.connectors.reading import read_assigned
+from sluice.spark_worker import start_task
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -168,6 +169,8 @@ class _ConnectorReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
+
+        start_task()
 
         context = TaskContext.get()
         attempt = context.attemptNumber() if context is not None else 0

@@ -31,6 +31,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from sluice.spark_worker import start_task
 from sluice.spec.expressions import compile_expression, quote_identifier
 from sluice.stream import data_source_table, kafka_ranges
 from sluice.stream.data_source_table import DELETED, NodeStorage
@@ -366,6 +367,7 @@ def _python_rows(rows: DataFrame, function: RowsFunction, schema: StructType) ->
         import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        start_task()
         arrow_schema = to_arrow_schema(schema, timezone="UTC")
         for batch in batches:
             out = function(batch.to_pylist())

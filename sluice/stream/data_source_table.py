@@ -29,6 +29,7 @@ from pyspark.sql.types import BooleanType, StructField, StructType, TimestampTyp
 from sluice.broker.spark_reader import ETERNITY_RANGE, SegmentInputPartition, plan_partitions, read_segment
 from sluice.metadata.store import MetadataStore
 from sluice.segment.deep_storage import DeepStorage, default_cache_dir
+from sluice.spark_worker import start_task
 from sluice.stream.topology import TIME
 
 __all__ = ["DELETED", "SOURCE_NAME", "DataSourceTableReader", "NodeStorage", "register"]
@@ -94,6 +95,7 @@ class DataSourceTableReader(DataSourceStreamReader):
         return [*removed, *now]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        start_task()
         if isinstance(partition, SegmentInputPartition):
             return self._rows(partition, deleted=False)
         if isinstance(partition, RemovedSegment):

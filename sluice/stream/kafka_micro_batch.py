@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from sluice.spark_worker import start_task
 from sluice.stream.kafka_ranges import (
     DEFAULT_READ_TIMEOUT_S,
     OffsetRange,
@@ -113,6 +114,7 @@ class KafkaMicroBatchReader(DataSourceStreamReader):
         return split_ranges({p: r for p, r in ranges.items() if r[1] > r[0]}, self.max_records_per_split)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        start_task()
         if not isinstance(partition, OffsetRange) or partition.start >= partition.end:
             return iter(())
         return read_offset_range(self.topic, self.consumer_properties, partition, self.read_timeout, self.decoder)

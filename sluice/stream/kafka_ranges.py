@@ -53,6 +53,7 @@ from pyspark.sql.types import (
 )
 
 from sluice.connectors.records import ERROR, LOCATOR
+from sluice.spark_worker import start_task
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -436,6 +437,7 @@ class _KafkaRangeReader(DataSourceReader):
         return split_ranges(self.ranges, self.max_records)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        start_task()
         if not isinstance(partition, OffsetRange) or partition.start >= partition.end:
             # Spark replaces an empty plan with one placeholder InputPartition(None): nothing to read.
             return iter(())
