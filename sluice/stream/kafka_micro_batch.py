@@ -23,12 +23,10 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-from sluice.spark_worker import start_task
 from sluice.stream.kafka_ranges import (
     DEFAULT_READ_TIMEOUT_S,
-    OffsetRange,
     consumer_properties_option,
-    read_offset_range,
+    read_partition,
     required_option,
     schema_and_decoder,
     split_ranges,
@@ -114,10 +112,7 @@ class KafkaMicroBatchReader(DataSourceStreamReader):
         return split_ranges({p: r for p, r in ranges.items() if r[1] > r[0]}, self.max_records_per_split)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        start_task()
-        if not isinstance(partition, OffsetRange) or partition.start >= partition.end:
-            return iter(())
-        return read_offset_range(self.topic, self.consumer_properties, partition, self.read_timeout, self.decoder)
+        return read_partition(partition, self.topic, self.consumer_properties, self.read_timeout, self.decoder)
 
     def commit(self, end: Offsets) -> None:
         """Nothing to do: the offsets live in Spark's checkpoint, and Sluice never commits to a consumer group."""

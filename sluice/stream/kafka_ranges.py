@@ -66,6 +66,7 @@ __all__ = [
     "OffsetRange",
     "parse_ranges",
     "read_offset_range",
+    "read_partition",
     "register",
     "split_ranges",
 ]
@@ -420,6 +421,16 @@ def _json_key(raw: bytes) -> tuple[str | None, str | None]:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False), None
 
 
+def read_partition(partition: InputPartition, topic: str, consumer_properties: Mapping[str, Any], read_timeout: float,
+                   decode: Callable[[int, list[Any]], pa.RecordBatch] | None) -> Iterator[pa.RecordBatch]:
+    """A Kafka reader's Spark task: its `OffsetRange` read (`read_offset_range`) in an executor's Python worker."""
+    start_task()
+    if not isinstance(partition, OffsetRange) or partition.start >= partition.end:
+        # Spark replaces an empty plan with one placeholder InputPartition(None): nothing to read.
+        return iter(())
+    return read_offset_range(topic, consumer_properties, partition, read_timeout, decode)
+
+
 class _KafkaRangeReader(DataSourceReader):
     """Parses the options once on the driver; instances are pickled to the executors."""
 
@@ -437,11 +448,7 @@ class _KafkaRangeReader(DataSourceReader):
         return split_ranges(self.ranges, self.max_records)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        start_task()
-        if not isinstance(partition, OffsetRange) or partition.start >= partition.end:
-            # Spark replaces an empty plan with one placeholder InputPartition(None): nothing to read.
-            return iter(())
-        return read_offset_range(self.topic, self.consumer_properties, partition, self.read_timeout, self.decoder)
+        return read_partition(partition, self.topic, self.consumer_properties, self.read_timeout, self.decoder)
 
 
 class KafkaRangeDataSource(DataSource):
