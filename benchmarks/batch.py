@@ -55,6 +55,7 @@ from common import (
     MB,
     RssSampler,
     SluiceNode,
+    broker_loaded,
     emit,
     free_port,
     log,
@@ -372,18 +373,6 @@ def run_task(http: httpx.Client, node: SluiceNode, sampler: TreeSampler, payload
         "answers": answers, "answers_correct": best_effort_rollup_of(answers, dataset),
         "queryable_after_success_s": visible_s,
     }
-
-
-def broker_loaded(http: httpx.Client, data_source: str, timeout: float) -> float:
-    """Seconds until Druid's loadstatus says the broker holds every segment of `data_source`: it loads a task's
-    published rows into DuckDB after the task (answering from the files meanwhile), and that load would otherwise
-    share the two cores with the next task, which the hand-written job, writing files only, never pays."""
-    began = time.monotonic()
-    while http.get("/druid/coordinator/v1/loadstatus").json().get(data_source) != 100:
-        if time.monotonic() - began > timeout:
-            raise RuntimeError(f"the broker has not loaded {data_source} after {timeout:.0f}s")
-        time.sleep(0.25)
-    return round(time.monotonic() - began, 2)
 
 
 def expected_answers(dataset: Dataset) -> dict[str, int]:

@@ -420,6 +420,18 @@ def queryable_count(http: httpx.Client, data_source: str) -> int:
     return int(rows[0][0] or 0) if rows else 0
 
 
+def broker_loaded(http: httpx.Client, data_source: str, timeout: float) -> float:
+    """Seconds until Druid's loadstatus says the broker holds every segment of `data_source`: it loads a task's
+    published rows into DuckDB after the task (answering from the files meanwhile), and that load would otherwise
+    share the two cores with the next task, which a hand-written job, writing files only, never pays."""
+    began = time.monotonic()
+    while http.get("/druid/coordinator/v1/loadstatus").json().get(data_source) != 100:
+        if time.monotonic() - began > timeout:
+            raise RuntimeError(f"the broker has not loaded {data_source} after {timeout:.0f}s")
+        time.sleep(0.25)
+    return round(time.monotonic() - began, 2)
+
+
 @dataclass
 class IngestTimeline:
     """What happened between supervisor submit and all rows queryable, in seconds after the submit.
