@@ -512,15 +512,22 @@ class FormatProfile:
         self.pipeline = RowPipeline(spark, self.plan, IntervalsWindow(()))
 
     def run(self) -> dict[str, Any]:
+        """Each pair as A, B, B, A, the faster of each counting: the JIT compiles on from run to run, and in a fixed
+        order the second of a pair ran up to 27 % faster for that alone (the same records, read either way, took the
+        same time once both ran alternately)."""
         self._connector(self.warm_source, None)  # the format's Python workers, warm (untimed)
-        figures = {
-            "connector_read": self._measured("connector-read", lambda: self._connector(self.source, None)),
-            "builtin_read": self._measured("builtin-read", lambda: self._noop(self._builtin())),
-            "connector_job": self._measured("connector-job",
-                                            lambda: self._connector(self.source, self.work / "segments-c")),
-            "builtin_job": self._measured("builtin-job", lambda: self._segments(self._builtin_subtasks(),
-                                                                                 self.work / "segments-b")),
+        actions = {
+            "connector_read": lambda: self._connector(self.source, None),
+            "builtin_read": lambda: self._noop(self._builtin()),
+            "connector_job": lambda: self._connector(self.source, self.work / "segments-c"),
+            "builtin_job": lambda: self._segments(self._builtin_subtasks(), self.work / "segments-b"),
         }
+        figures: dict[str, dict[str, Any]] = {}
+        for a, b in (("connector_read", "builtin_read"), ("connector_job", "builtin_job")):
+            for attempt, name in enumerate((a, b, b, a)):
+                measured = self._measured(f"{name.replace('_', '-')}-{attempt}", actions[name])
+                if name not in figures or measured["seconds"] < figures[name]["seconds"]:
+                    figures[name] = measured
         rows = figures["connector_job"].pop("result").processed
         builtin_rows = figures["builtin_job"].pop("result").processed
         for f in figures.values():
