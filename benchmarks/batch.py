@@ -513,8 +513,8 @@ class FormatProfile:
 
     def run(self) -> dict[str, Any]:
         """Each pair as A, B, B, A, the faster of each counting: the JIT compiles on from run to run, and in a fixed
-        order the second of a pair ran up to 27 % faster for that alone (the same records, read either way, took the
-        same time once both ran alternately)."""
+        order the second of a pair took up to 27 % less time for that alone (the same records, read either way,
+        took the same time once both ran alternately)."""
         self._connector(self.warm_source, None)  # the format's Python workers, warm (untimed)
         actions = {
             "connector_read": lambda: self._connector(self.source, None),
