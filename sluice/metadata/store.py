@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,8 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine, create_engine, delete, event, func, insert, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+from tenacity import Retrying, retry_if_exception, retry_if_exception_type, stop_after_attempt, stop_after_delay
+from tenacity import wait_random_exponential
 
 from sluice.metadata import tables
 from sluice.metadata.schema import migrate
@@ -910,8 +912,16 @@ def _create_engine(uri: str) -> Engine:
 def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
     # Stop pysqlite from issuing its own (deferred, lazy) BEGIN; _begin_sqlite_transaction does.
     dbapi_connection.isolation_level = None
-    dbapi_connection.execute("PRAGMA journal_mode=WAL")
     dbapi_connection.execute(f"PRAGMA busy_timeout={int(_SQLITE_BUSY_TIMEOUT_SECONDS * 1000)}")
+    # Switching a file to WAL takes an exclusive lock, and SQLite answers a contended switch with an immediate
+    # "database is locked", busy timeout or not: processes starting together on a new store meet that.
+    Retrying(retry=retry_if_exception(_is_locked), stop=stop_after_delay(_SQLITE_BUSY_TIMEOUT_SECONDS),
+             wait=wait_random_exponential(multiplier=0.01, max=0.5), reraise=True)(
+        dbapi_connection.execute, "PRAGMA journal_mode=WAL")
+
+
+def _is_locked(error: BaseException) -> bool:
+    return isinstance(error, sqlite3.OperationalError) and "database is locked" in str(error)
 
 
 def _begin_sqlite_transaction(conn: Connection) -> None:
