@@ -346,12 +346,15 @@ class IngestPipeline(RowPipeline):
     epoch per persist, over one DataFrame; then merges.
 
     JSON values go to Spark as bytes and are parsed by `from_json`; any other format is parsed by the source's
-    readers in the executors (kafka_ranges' shapes)."""
+    readers in the executors (kafka_ranges' shapes).
+
+    `spark_tasks` bounds the Spark tasks of a persist job (`spark_tasks_per_job`); None: one per partition read."""
 
     def __init__(self, spark: SparkSession, plan: IngestPlan, stream: ConnectorRead,
-                 window: MessageWindow = MessageWindow()):
+                 window: MessageWindow = MessageWindow(), spark_tasks: int | None = None):
         super().__init__(spark, plan, window)
         self.stream = stream
+        self.spark_tasks = spark_tasks
         self._records: DataFrame | None = None
 
     def plan_read(self, end_offsets: Mapping[int, int], max_records: int) -> dict[int, tuple[int, int]]:
@@ -367,7 +370,8 @@ class IngestPipeline(RowPipeline):
         """
         epoch = self.stream.next_epoch()
         if self._records is None:
-            self._records = self.stream.dataframe()
+            records = self.stream.dataframe()
+            self._records = records if self.spark_tasks is None else records.coalesce(self.spark_tasks)
         return epoch, self._records
 
     def read_and_persist(self, persist_dir: Path, rollup: bool = True, count_keys: bool = False

@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyspark import TaskContext, cloudpickle
 from pyspark.sql import SparkSession
@@ -17,7 +18,11 @@ from sluice.connectors.sources.kafka import KafkaSplit
 from sluice.connectors.sources.kafka_stream import KafkaStreamSource
 from sluice.connectors.spark import EPOCH, ConnectorRead
 from sluice.dev.sample_data import generate, produce
+from sluice.spec.supervisor import parse_supervisor_spec
 from sluice.stream.kafka import KafkaStream
+from sluice.task.ingest_plan import compile_plan
+from sluice.task.pipeline import IngestPipeline
+from tests.integration.harness import supervisor_spec
 
 TOPIC = "stream-source"
 
@@ -65,3 +70,29 @@ def test_epochs_read_their_ranges_exactly_once_through_a_failed_reader(spark: Sp
         read.checkpoint_complete(last)
         assert read.host.checkpoint(last) == ends
     assert spark.sparkContext.getLocalProperty(EPOCH) is None  # a later read in this thread is not an epoch of it
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("spark_tasks", [1, 2])
+def test_a_persist_runs_as_many_spark_tasks_as_it_is_given_and_reads_every_partition_once(
+        spark: SparkSession, kafka_broker, tmp_path, spark_tasks: int) -> None:
+    topic = f"{TOPIC}-{spark_tasks}-tasks"
+    kafka_broker.create_topic(topic, 4)
+    sample = generate(3_000, seed=11)
+    ends = produce(kafka_broker.bootstrap_servers, topic, sample, 4)
+    consumer = {"bootstrap.servers": kafka_broker.bootstrap_servers}
+    ingestion = parse_supervisor_spec(supervisor_spec("wiki", topic, kafka_broker.bootstrap_servers)).spec
+    source = KafkaStreamSource(topic, consumer, dict.fromkeys(ends, 0), lambda: KafkaStream(consumer, topic))
+
+    with ConnectorRead(spark, source, source.parallelism) as read:
+        pipeline = IngestPipeline(spark, compile_plan(ingestion.data_schema), read, spark_tasks=spark_tasks)
+        assert pipeline.plan_read(ends, 10_000) == {p: (0, end) for p, end in ends.items()}
+        _, result = pipeline.read_and_persist(tmp_path / "persist", rollup=False)
+
+    files = sorted((tmp_path / "persist").glob("*.parquet"))
+    assert len(files) == spark_tasks  # one file per Spark task that wrote
+    rows = pa.concat_tables(pq.read_table(f) for f in files)
+    valid = [r.event for r in sample if r.kind == "valid"]
+    assert rows.num_rows == result.stats.processed == len(valid)
+    assert result.stats.unparseable == len(sample) - len(valid)
+    assert pa.compute.sum(rows["added"]).as_py() == sum(e["added"] for e in valid)
