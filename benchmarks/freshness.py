@@ -190,7 +190,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 warm_up_s = warm_up(node, broker.bootstrap_servers, broker.create_topic, args.warmup_events, args.seed)
                 log(f"warm-up supervisor done in {warm_up_s:.1f}s")
             spec = example_spec(broker.bootstrap_servers, TOPIC, DATA_SOURCE,
-                                io_config={"taskDuration": args.task_duration, "period": args.period},
+                                io_config={"taskDuration": args.task_duration, "period": args.period,
+                                           "taskCount": args.task_count},
                                 granularity_spec={"queryGranularity": "SECOND"})
             with httpx.Client(base_url=node.base_url, timeout=30.0) as http:
                 http.post("/druid/indexer/v1/supervisor", json=spec).raise_for_status()
@@ -287,6 +288,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--task-duration", default="PT10M", help="the supervisor's taskDuration")
     parser.add_argument("--period", default="PT2S", help="the supervisor's period (the example's)")
+    parser.add_argument("--task-count", type=int, default=2, help="the supervisor's taskCount (the example's)")
     parser.add_argument("--warmup", type=float, default=5.0,
                         help="seconds at the start of the measured supervisor reported apart")
     parser.add_argument("--warmup-events", type=int, default=20_000,
