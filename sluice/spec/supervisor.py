@@ -232,7 +232,9 @@ class KafkaIOConfig(PeriodField):
     topic: str = Field(min_length=1)
     input_format: StreamFormat
     consumer_properties: dict[str, str | int | float | bool]
-    poll_timeout: int = 100
+    #: milliseconds: how often a reading task asks for its partitions' latest offsets, and how long it waits when
+    #: nothing is new (Druid: how long its consumer's poll waits for records)
+    poll_timeout: int = Field(100, ge=1)
     #: JSON integers only (true or "2" are refused), and at most MAX_SUPERVISOR_TASKS tasks with the replicas
     task_count: StrictInt = Field(1, ge=1, le=MAX_SUPERVISOR_TASKS)
     replicas: StrictInt = Field(1, ge=1, le=MAX_SUPERVISOR_TASKS)
