@@ -74,8 +74,9 @@ class Dataset:
     #: Spark DDL of the event, for (b) on events the yardstick cannot read
     event_ddl: str | None = None
 
-    def spec(self, bootstrap: str, data_source: str, io_config: dict[str, Any]) -> dict[str, Any]:
-        spec = example_spec(bootstrap, self.name, data_source, io_config=io_config)
+    def spec(self, bootstrap: str, data_source: str, io_config: dict[str, Any],
+             tuning_config: dict[str, Any]) -> dict[str, Any]:
+        spec = example_spec(bootstrap, self.name, data_source, io_config=io_config, tuning_config=tuning_config)
         schema = spec["spec"]["dataSchema"]
         schema["timestampSpec"] = {"column": self.time_column, "format": "iso"}
         schema["dimensionsSpec"] = {"dimensions": list(self.dimensions)}
@@ -262,19 +263,20 @@ def run_diy(bootstrap: str, dataset: Dataset, out_dir: Path) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- (c) Sluice
 
 def run_sluice(bootstrap: str, dataset: Dataset, ends: dict[int, int], valid: int, work_dir: Path,
-               task_duration: str | None, timeout: float) -> dict[str, Any]:
+               task_duration: str | None, max_rows_in_memory: int | None, timeout: float) -> dict[str, Any]:
     """``sluice start`` in a subprocess, healthy first; then the data set's spec from submit to queryable, twice:
     cold, as the node's first supervisor, then warm, as a second data source over the same offsets once the first
     has published and stopped and the broker has loaded its segments. A node runs for days, so warm is how it
     usually runs."""
     total = sum(ends.values())
     io_config = {"taskDuration": task_duration} if task_duration else {}
+    tuning_config = {"maxRowsInMemory": max_rows_in_memory} if max_rows_in_memory else {}
     runs: dict[str, dict[str, Any]] = {}
     with SluiceNode(work_dir) as node, RssSampler(node.pid) as rss:
         log(f"sluice node healthy after {node.start_s:.1f}s")
         for run, data_source in (("cold", dataset.name), ("warm", f"{dataset.name}_warm")):
             log(f"submitting the supervisor of {data_source} ({run})")
-            spec = dataset.spec(bootstrap, data_source, io_config)
+            spec = dataset.spec(bootstrap, data_source, io_config, tuning_config)
             runs[run] = _figures(ingest_until_queryable(node, spec, total, valid, timeout),
                                  terminate_supervisor(node, data_source))
             with httpx.Client(base_url=node.base_url, timeout=30.0) as http:
@@ -348,7 +350,7 @@ def measure_dataset(args: argparse.Namespace, broker: Any, dataset: Dataset, wor
             args.timeout),
         "yardstick": lambda r: run_yardstick(bootstrap, dataset, work_dir / f"yardstick-{r}", args.timeout),
         "sluice": lambda r: run_sluice(bootstrap, dataset, ends, valid, work_dir / f"sluice-{r}",
-                                       args.task_duration, args.timeout),
+                                       args.task_duration, args.max_rows_in_memory, args.timeout),
     }
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in args.variants}
     for round_ in range(args.rounds):
@@ -412,6 +414,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="runs of (b) and (c), interleaved")
     parser.add_argument("--task-duration", default=None,
                         help="override the example spec's taskDuration for (c) (default: keep its PT30S)")
+    parser.add_argument("--max-rows-in-memory", type=int, default=None,
+                        help="override the example spec's maxRowsInMemory for (c), the events of one persist (default: "
+                             "keep its 150000); the smoke run's events need several persists for a steady rate")
     parser.add_argument("--timeout", type=float, default=600.0, help="per variant, seconds")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (node logs, task dirs) for a look")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line (last line)")

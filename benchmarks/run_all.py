@@ -37,7 +37,7 @@ from common import log, machine  # noqa: E402
 #: (script, full-size arguments, smoke arguments)
 BENCHMARKS: list[tuple[str, list[str], list[str]]] = [
     ("ingest", ["--events", "1000000", "--rounds", "3"],
-     ["--events", "20000", "--rounds", "1", "--task-duration", "PT3S"]),
+     ["--events", "20000", "--rounds", "1", "--task-duration", "PT3S", "--max-rows-in-memory", "2000"]),
     ("freshness", ["--rate", "20000", "--seconds", "60"],
      ["--rate", "1000", "--seconds", "6", "--task-duration", "PT2S", "--warmup", "1", "--warmup-events", "0",
       "--no-plot"]),
