@@ -317,6 +317,10 @@ class KafkaIOConfig(PeriodField):
         return value
 
     @property
+    def poll_timeout_s(self) -> float:
+        return self.poll_timeout / 1000
+
+    @property
     def flatten_spec(self) -> FlattenSpec | None:
         """The flattenSpec a JSON message value is read with (the inputFormat's, or its kafka valueFormat's)."""
         return flatten_spec_of(self.input_format)

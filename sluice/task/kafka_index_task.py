@@ -394,7 +394,7 @@ class KafkaIndexTask:
                             LookupReferences(lambda: read_lookups(self.toolbox.metadata)).map)
         source = KafkaStreamSource(io.topic, io.consumer_properties, self.current_offsets(),
                                    lambda: self.toolbox.stream_factory(io), io.input_format, plan.fields,
-                                   discovery_interval=io.poll_timeout / 1000)
+                                   discovery_interval=io.poll_timeout_s)
         stream = ConnectorRead(self.toolbox.spark, source, source.parallelism)
         pipeline = IngestPipeline(self.toolbox.spark, plan, stream, self.spec.message_window, spark_tasks_per_job(
             self.toolbox.spark.sparkContext.defaultParallelism, io.task_count * io.replicas))
@@ -441,7 +441,7 @@ class KafkaIndexTask:
             ranges = pipeline.plan_read(sequence.end_offsets, self._batch_records())
             if not ranges:
                 with self._cond:
-                    self._cond.wait(self.spec.ingestion.io_config.poll_timeout / 1000)
+                    self._cond.wait(self.spec.ingestion.io_config.poll_timeout_s)
                 self._maybe_checkpoint()  # intermediateHandoffPeriod passes while there is nothing to read, too
                 continue
             self._persist(pipeline, ranges, sequence.sequence_id)
